@@ -1,0 +1,1 @@
+"""The algebra: monoids, their inverses, and their SQL forms."""

@@ -1,0 +1,188 @@
+"""The ``incr`` command.
+
+Exit codes: 0 success; 2 the program is not valid or not incrementalizable (nothing ran);
+3 a batch was rejected (earlier batches are applied, nothing of the rejected one is);
+4 storage problem (lock held, missing table); 1 anything unexpected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from incr.errors import IncrError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``incr`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except IncrError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="incr", description="Maintain SQL views incrementally "
+                                "on Spark and Delta Lake.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def program_arg(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("program", help="program file (.sql): CREATE TABLE sources, CREATE VIEW queries")
+
+    def paths(sp: argparse.ArgumentParser, landing: bool = True) -> None:
+        if landing:
+            sp.add_argument("--landing", default=os.environ.get("INCR_LANDING"),
+                            help="landing folder: LANDING/<table>/ and LANDING/<table>/_deletes/ "
+                                 "(default $INCR_LANDING)")
+        sp.add_argument("--warehouse", default=os.environ.get("INCR_WAREHOUSE"),
+                        help="warehouse folder for state, answers and the ledger "
+                             "(default $INCR_WAREHOUSE)")
+
+    sp = sub.add_parser("explain", help="print h, ⊗, ⊗̃, ⊗̂, a and the state schema of each view")
+    program_arg(sp)
+    sp.add_argument("--view", help="only this view")
+    sp.set_defaults(func=cmd_explain)
+
+    sp = sub.add_parser("run", help="apply every landed batch not applied yet")
+    program_arg(sp)
+    paths(sp)
+    sp.add_argument("--json", action="store_true", help="print the run report as JSON")
+    sp.set_defaults(func=cmd_run)
+
+    sp = sub.add_parser("answer", help="print a view's answer table")
+    program_arg(sp)
+    paths(sp, landing=False)
+    sp.add_argument("--view", required=True)
+    sp.add_argument("--batch", type=int, help="the answer as of this batch (time travel)")
+    sp.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    sp.add_argument("--limit", type=int, default=None, help="print at most this many rows")
+    sp.set_defaults(func=cmd_answer)
+
+    sp = sub.add_parser("status", help="show registered batches and how far each view is")
+    program_arg(sp)
+    paths(sp)
+    sp.set_defaults(func=cmd_status)
+
+    sp = sub.add_parser("skip", help="drop a registered batch that no table applied (e.g. a "
+                                     "rejected file that will be re-sent under a new name)")
+    program_arg(sp)
+    paths(sp)
+    sp.add_argument("--batch", type=int, required=True)
+    sp.set_defaults(func=cmd_skip)
+
+    sp = sub.add_parser("demo", help="generate the sample stream and run it through the Airflow DAG")
+    sp.add_argument("--out", default="demo-out", help="folder for landing, warehouse and Airflow home")
+    sp.add_argument("--rows", type=int, default=20_000, help="rows in the initial load")
+    sp.set_defaults(func=cmd_demo)
+    return p
+
+
+def _need(value: str | None, flag: str) -> Path:
+    if not value:
+        raise IncrError(f"{flag} is required (or set ${'INCR_' + flag.strip('-').upper()})")
+    return Path(value)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.compiler.explain import explain_plan, explain_program
+
+    compiled = compile_program(args.program)
+    if args.view:
+        print(explain_plan(compiled.plan(args.view)))
+    else:
+        print(explain_program(compiled), end="")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.runtime.pipeline import Pipeline
+    from incr.runtime.report import describe_run
+
+    compiled = compile_program(args.program)
+    pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
+    report = pipeline.run()
+    if args.json:
+        from dataclasses import asdict
+
+        print(json.dumps({**asdict(report), "rejected": str(report.rejected) if report.rejected
+                          else None}, default=str, indent=2))
+    else:
+        print(describe_run(report))
+    if report.rejected is not None:
+        print(f"error: {report.rejected}", file=sys.stderr)
+        return report.rejected.exit_code
+    return 0
+
+
+def cmd_answer(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.runtime.report import format_table, read_answer
+
+    compiled = compile_program(args.program)
+    try:
+        plan = compiled.plan(args.view)
+    except KeyError:
+        raise IncrError(f"program {compiled.name} has no view {args.view}; its views: "
+                        f"{', '.join(p.view for p in compiled.plans)}") from None
+    table, batch = read_answer(_need(args.warehouse, "--warehouse"), plan, args.batch)
+    rows = table.to_pylist()[: args.limit] if args.limit else table.to_pylist()
+    if args.format == "json":
+        for row in rows:
+            print(json.dumps(row, default=str))
+    elif args.format == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(table.column_names)
+        for row in rows:
+            w.writerow(["" if v is None else v for v in row.values()])
+    else:
+        print(f"{plan.view} (as of batch {batch}, {table.num_rows} rows)")
+        print(format_table(table.column_names, rows))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.runtime.pipeline import Pipeline
+
+    compiled = compile_program(args.program)
+    pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
+    batches = pipeline.ledger.batches()
+    print(f"program {compiled.name}: {len(batches)} registered batches"
+          + (f", last {batches[-1]}" if batches else ""))
+    for s in pipeline.status():
+        print(f"  view {s.view}: state at batch {s.state_batch}, answer at batch "
+              f"{s.answer_batch}, {s.pending} batch(es) pending")
+    return 0
+
+
+def cmd_skip(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.runtime.pipeline import Pipeline
+
+    compiled = compile_program(args.program)
+    pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
+    batch = pipeline.skip(args.batch)
+    print(f"skipped {batch}; it will not be applied")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from incr.orchestration.demo import run_demo
+
+    return run_demo(Path(args.out), args.rows)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The value the passes hand along: one view, growing from IR to a full plan.
+
+Each pass takes a :class:`Compilation` and returns a new one with its own fields filled in
+(``dataclasses.replace``); fields a pass has not reached yet are None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from incr.compiler.ir import Named, Rel
+from incr.compiler.plan import (Answer, DiffusionSpec, HQuery, MergeSpec, StateTable,
+                                StateValue)
+from incr.compiler.program import Program, TableDecl, ViewDecl
+from incr.compiler.scalar import Scalar
+
+
+@dataclass(frozen=True)
+class AggState:
+    """How one aggregate is kept (monoid inference's answer for it).
+
+    ``values`` are monoid elements in the main state table; ``bag`` names the argument of a
+    value-count bag the aggregate reads instead (MIN/MAX under deletions, COUNT DISTINCT).
+    ``finalize`` computes the SQL result from state columns (``m.<col>`` for the main table,
+    ``b<i>.<agg>`` for a bag), and is the aggregate's share of the answer function a.
+    """
+
+    name: str
+    values: tuple[StateValue, ...]
+    bag: Scalar | None
+    bag_func: str | None
+    finalize: Scalar
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """A view on its way through the passes."""
+
+    program: Program
+    view: ViewDecl
+    source: TableDecl
+    rel: Rel
+    lineage: tuple[Named, ...] | None = None
+    key_columns: tuple[tuple[str, str], ...] | None = None  # IR key name (_k<i>) -> state column
+    aggregates: tuple[AggState, ...] | None = None
+    tables: tuple[StateTable, ...] | None = None
+    h: tuple[HQuery, ...] | None = None
+    answer: Answer | None = None
+    merge: tuple[MergeSpec, ...] | None = None
+    diminish: tuple[MergeSpec, ...] | None = None
+    diffuse: tuple[DiffusionSpec, ...] | None = None

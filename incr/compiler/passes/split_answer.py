@@ -1,0 +1,94 @@
+"""Split into h and a: what runs on each batch, and what runs on the state.
+
+h is everything up to and including the Aggregate, with each aggregate replaced by the
+monoid elements monoid inference chose: it folds a batch into state rows keyed by θ, and
+``h(S ⊎ ΔS) = h(S) ⊗ h(ΔS)`` holds by construction.  It is laid out as state tables:
+
+* ``main``: θ, the row count ``_n`` and every main-table element;
+* ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``.
+
+a is everything above the Aggregate (HAVING, the SELECT expressions, ORDER BY, LIMIT,
+Explode) rewritten to read the state: group keys become ``m.<θ column>`` and each aggregate
+becomes its finalization.  It is cheap, runs on the state only, and is recomputed after
+every batch (seed §9: the non-homomorphic parts pulled out of the query).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from incr.compiler.compilation import AggState, Compilation
+from incr.compiler.ir import Aggregate, Explode, Filter, Limit, Named, Project, Rel, Sort
+from incr.compiler.passes.infer_monoids import MAIN, bag_alias
+from incr.compiler.plan import (ROW_COUNT, ROW_COUNT_VALUE, Answer, BagAggregate, BagJoin,
+                                HQuery, StateTable, StateValue)
+from incr.compiler.scalar import Scalar
+
+MAIN_TABLE = "main"
+BAG_VALUE = "value"
+
+
+def split_answer(c: Compilation) -> Compilation:
+    """Fills ``tables``, ``h`` and ``answer``."""
+    assert c.lineage is not None and c.aggregates is not None and c.key_columns is not None
+    agg = next(node for node in c.rel.walk() if isinstance(node, Aggregate))
+    where = agg.child.predicate if isinstance(agg.child, Filter) else None
+    grouped = bool(c.lineage)
+
+    values: list[StateValue] = [ROW_COUNT_VALUE]
+    for state in c.aggregates:
+        for v in state.values:
+            if v not in values:
+                values.append(v)
+    tables = [StateTable(MAIN_TABLE, c.lineage, tuple(values), vanishes=grouped)]
+    bag_args: list[Scalar] = []
+    bag_funcs: dict[str, list[str]] = {}
+    for state in c.aggregates:
+        if state.bag is not None:
+            if state.bag not in bag_args:
+                bag_args.append(state.bag)
+            bag_funcs.setdefault(state.bag.sql, [])
+            if state.bag_func not in bag_funcs[state.bag.sql]:
+                bag_funcs[state.bag.sql].append(state.bag_func)
+    bags: list[BagJoin] = []
+    for i, arg in enumerate(bag_args):
+        name = f"bag{i}"
+        tables.append(StateTable(name, c.lineage, (ROW_COUNT_VALUE,),
+                                 value_key=Named(BAG_VALUE, arg), vanishes=True))
+        bags.append(BagJoin(name, bag_alias(i), tuple(
+            BagAggregate(f"{f}_value", f) for f in bag_funcs[arg.sql])))
+
+    buckets = c.program.options.buckets if grouped else 1
+    h = tuple(HQuery(t, c.source.name, where, buckets) for t in tables)
+    answer = _answer(c.rel, c.aggregates, dict(c.key_columns), grouped, tuple(bags),
+                     tuple(k.name for k in c.lineage))
+    return replace(c, tables=tuple(tables), h=h, answer=answer)
+
+
+def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, str],
+            grouped: bool, bags: tuple[BagJoin, ...], keys: tuple[str, ...]) -> Answer:
+    mapping: dict[str, Scalar] = {ir: Scalar(f"{MAIN}.{col}") for ir, col in key_columns.items()}
+    mapping.update({a.name: a.finalize for a in aggregates})
+
+    def over_state(s: Scalar) -> Scalar:
+        return s.substitute(mapping)
+
+    limit = offset = None
+    exprs: tuple[Named, ...] = ()
+    order = ()
+    having = explode = None
+    node: Rel = rel
+    while not isinstance(node, Aggregate):
+        if isinstance(node, Limit):
+            limit, offset = node.count, node.offset
+        elif isinstance(node, Project):
+            exprs = tuple(Named(n.name, over_state(n.expr)) for n in node.exprs)
+        elif isinstance(node, Sort):
+            order = tuple(replace(k, expr=over_state(k.expr)) for k in node.keys)
+        elif isinstance(node, Filter):
+            having = over_state(node.predicate)
+        elif isinstance(node, Explode):
+            explode = Scalar(f"{MAIN}.{ROW_COUNT}")
+        node = node.children()[0]
+    return Answer(main=MAIN_TABLE, keys=keys, grouped=grouped, bags=bags, exprs=exprs,
+                  having=having, order=order, limit=limit, offset=offset or 0, explode=explode)

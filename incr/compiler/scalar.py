@@ -1,0 +1,69 @@
+"""Scalar expressions inside the IR: immutable, hashable, printable.
+
+A :class:`Scalar` is canonical SQL text (DuckDB spelling, the project's reading dialect).
+Keeping text rather than sqlglot trees makes the IR frozen and its hash stable, which the
+plan fingerprint relies on; the parsed tree is cached for the passes that look inside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+
+import sqlglot
+from sqlglot import exp
+
+CANONICAL_DIALECT = "duckdb"
+
+
+@lru_cache(maxsize=4096)
+def _parse(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read=CANONICAL_DIALECT)
+
+
+@dataclass(frozen=True, order=True)
+class Scalar:
+    """A scalar SQL expression over named columns."""
+
+    sql: str
+
+    @staticmethod
+    def of(node: exp.Expression) -> Scalar:
+        """Canonical Scalar for a sqlglot expression."""
+        return Scalar(node.sql(dialect=CANONICAL_DIALECT))
+
+    @staticmethod
+    def column(name: str) -> Scalar:
+        """A reference to column ``name``."""
+        return Scalar.of(exp.column(name, quoted=not name.isidentifier() or name.lower() != name))
+
+    def tree(self) -> exp.Expression:
+        """A fresh sqlglot tree for this expression (safe to mutate)."""
+        return _parse(self.sql).copy()
+
+    def columns(self) -> frozenset[str]:
+        """Names of the columns the expression reads."""
+        return frozenset(c.name for c in _parse(self.sql).find_all(exp.Column))
+
+    def substitute(self, mapping: Mapping[str, Scalar]) -> Scalar:
+        """Replaces column references by expressions (names not in ``mapping`` stay)."""
+
+        def swap(node: exp.Expression) -> exp.Expression:
+            if isinstance(node, exp.Column) and node.name in mapping:
+                replacement = mapping[node.name].tree()
+                if isinstance(replacement, (exp.Column, exp.Literal, exp.Func, exp.Paren)):
+                    return replacement
+                return exp.paren(replacement, copy=False)
+            return node
+
+        return Scalar.of(self.tree().transform(swap, copy=False))
+
+    def render(self, dialect: str) -> str:
+        """The expression as SQL text for ``dialect`` (see :mod:`incr.compiler.sqlgen`)."""
+        from incr.compiler.sqlgen import render_expression
+
+        return render_expression(self.tree(), dialect)
+
+    def __str__(self) -> str:
+        return self.sql

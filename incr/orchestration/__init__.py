@@ -1,0 +1,1 @@
+"""Airflow integration: one DAG per program file, each task one call into incr."""

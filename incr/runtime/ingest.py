@@ -1,0 +1,355 @@
+"""Reading one batch file, strictly, into a Spark DataFrame with the declared schema.
+
+A file either reads completely with every value of its declared type, or the batch is
+rejected with a message naming the file, the line (or row) and the column.  Nothing is
+coerced silently: a CSV value ``1.5`` in a BIGINT column is an error, not 1.
+
+* CSV (header required) is parsed by pyarrow; when pyarrow refuses a file, the file is
+  re-scanned in Python to find the first bad line and say why.  An empty unquoted field is
+  NULL; a quoted empty field is the empty string.
+* JSON lines are parsed with Python's json module, one object per line; a missing key is
+  NULL, an undeclared key is an error.
+* Parquet is read by Spark directly after pyarrow checked its schema (footer only); a file
+  column may be narrower than declared (INTEGER into BIGINT, FLOAT into DOUBLE).
+
+Every DataFrame carries ``_row``, the 1-based data row, so later checks can point at rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from incr.compiler.program import Column, TableDecl
+from incr.compiler.types import SqlType
+from incr.errors import InputError, Location
+from incr.runtime.landing import file_format
+from incr.runtime.types import arrow_type, spark_type
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+ROW = "_row"
+TRUE_VALUES = ["true", "True", "TRUE", "1"]
+FALSE_VALUES = ["false", "False", "FALSE", "0"]
+_INT_RANGES = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64}
+_INT_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+
+
+@dataclass
+class LoadedBatch:
+    """A batch file as a DataFrame (declared columns + ``_row``) and its row count."""
+
+    df: DataFrame
+    rows: int
+
+
+def load_batch(spark: SparkSession, table: TableDecl, path: Path, display: str) -> LoadedBatch:
+    """Reads ``path`` as a batch of ``table``; ``display`` is how messages name the file.
+
+    Raises:
+        InputError: the file is unreadable, has the wrong columns, or a value of the wrong
+            type or a NULL in a NOT NULL column.
+    """
+    fmt = file_format(display)
+    if not path.is_file():
+        raise InputError("the batch file is gone (it was registered; restore it, or run "
+                         "`incr skip` to drop the batch)", Location(display))
+    if fmt == "parquet":
+        return _parquet(spark, table, path, display)
+    data = _csv(table, path, display) if fmt == "csv" else _json(table, path, display)
+    _check_not_null(table, data, display)
+    data = data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
+    df = spark.createDataFrame(data) if data.num_rows else spark.createDataFrame(
+        data.schema.empty_table())
+    return LoadedBatch(_typed(df, table), data.num_rows)
+
+
+def _typed(df: DataFrame, table: TableDecl) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    cols = [F.col(c.name).cast(spark_type(c.type)).alias(c.name) for c in table.columns]
+    return df.select(*cols, F.col(ROW).cast("bigint").alias(ROW))
+
+
+# -- CSV ---------------------------------------------------------------------------------------
+def _csv(table: TableDecl, path: Path, display: str) -> pa.Table:
+    header = _csv_header(path, display)
+    by_name = _match_columns(table, header, display, line=1)
+    file_names = [by_name[c.name] for c in table.columns]
+    convert = pacsv.ConvertOptions(
+        column_types={by_name[c.name]: arrow_type(c.type) for c in table.columns},
+        include_columns=file_names, strings_can_be_null=True, quoted_strings_can_be_null=False,
+        null_values=[""], true_values=TRUE_VALUES, false_values=FALSE_VALUES)
+    try:
+        data = pacsv.read_csv(path, convert_options=convert,
+                              read_options=pacsv.ReadOptions(block_size=1 << 24))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
+        raise _diagnose_csv(table, path, display, header, by_name) or InputError(
+            f"cannot read the CSV file: {e}", Location(display)) from e
+    return data.rename_columns([c.name for c in table.columns]).cast(_nullable_schema(table.columns))
+
+
+def _csv_header(path: Path, display: str) -> list[str]:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), None)
+    except UnicodeDecodeError as e:
+        raise InputError(f"the CSV file is not UTF-8 text ({e.reason})", Location(display)) from e
+    if not header:
+        raise InputError("the CSV file is empty; a batch needs at least the header line",
+                         Location(display, 1))
+    return header
+
+
+def _diagnose_csv(table: TableDecl, path: Path, display: str, header: list[str],
+                  by_name: dict[str, str]) -> InputError | None:
+    """Finds the first line pyarrow could not convert, and says what is wrong with it."""
+    index = {name: header.index(name) for name in by_name.values()}
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.reader(fh)
+        next(reader, None)
+        for row_no, fields in enumerate(reader, start=1):
+            line = reader.line_num
+            if len(fields) != len(header):
+                return InputError(f"row {row_no} has {len(fields)} fields but the header has "
+                                  f"{len(header)}", Location(display, line))
+            for col in table.columns:
+                text = fields[index[by_name[col.name]]]
+                if text == "":
+                    continue
+                problem = _text_problem(text, col.type)
+                if problem:
+                    return InputError(f"row {row_no}, column {col.name}: {text!r} {problem}",
+                                      Location(display, line))
+    return None
+
+
+def _text_problem(text: str, t: SqlType) -> str | None:
+    """Why ``text`` is not a CSV value of type ``t`` (None if it is)."""
+    name = t.name
+    try:
+        if name in _INT_RANGES:
+            if not _INT_TEXT.fullmatch(text):
+                return f"is not a valid {name} (an integer)"
+            bits = _INT_RANGES[name]
+            if not -(2 ** (bits - 1)) <= int(text) < 2 ** (bits - 1):
+                return f"is out of range for {name}"
+        elif name in ("DOUBLE", "FLOAT"):
+            float(text)
+        elif name == "BOOLEAN":
+            if text not in TRUE_VALUES + FALSE_VALUES:
+                return "is not a valid BOOLEAN (true/false/1/0)"
+        elif name == "DATE":
+            dt.date.fromisoformat(text)
+        elif name == "TIMESTAMP":
+            dt.datetime.fromisoformat(text)
+        elif name == "DECIMAL":
+            return _decimal_problem(Decimal(text), t)
+    except (ValueError, InvalidOperation):
+        return f"is not a valid {t}"
+    return None
+
+
+def _decimal_problem(value: Decimal, t: SqlType) -> str | None:
+    scale = t.scale or 0
+    if value != value.quantize(Decimal(1).scaleb(-scale)):
+        return f"has more than {scale} decimal places for {t}"
+    if abs(value) >= Decimal(10) ** ((t.precision or 18) - scale):
+        return f"is out of range for {t}"
+    return None
+
+
+# -- JSON lines --------------------------------------------------------------------------------
+def _json(table: TableDecl, path: Path, display: str) -> pa.Table:
+    names = {c.name.lower(): c for c in table.columns}
+    columns: dict[str, list[Any]] = {c.name: [] for c in table.columns}
+    try:
+        fh = path.open(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot open the file: {e.strerror}", Location(display)) from e
+    with fh:
+        row_no = 0
+        try:
+            for line_no, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                row_no += 1
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"row {row_no} is not valid JSON: {e.msg}",
+                                     Location(display, line_no, e.colno)) from e
+                if not isinstance(obj, dict):
+                    raise InputError(f"row {row_no} is not a JSON object", Location(display, line_no))
+                seen = set()
+                for key, value in obj.items():
+                    col = names.get(key.lower())
+                    if col is None:
+                        raise InputError(f"row {row_no} has key {key!r}, which is not a column of "
+                                         f"{table.name} ({', '.join(c.name for c in table.columns)})",
+                                         Location(display, line_no))
+                    seen.add(col.name)
+                    try:
+                        columns[col.name].append(_json_value(value, col.type))
+                    except ValueError as e:
+                        raise InputError(f"row {row_no}, column {col.name}: {json.dumps(value)} {e}",
+                                         Location(display, line_no)) from e
+                for col in table.columns:
+                    if col.name not in seen:
+                        columns[col.name].append(None)
+        except UnicodeDecodeError as e:
+            raise InputError(f"the file is not UTF-8 text ({e.reason})", Location(display)) from e
+    return pa.table(columns, schema=_nullable_schema(table.columns))
+
+
+def _nullable_schema(columns: tuple[Column, ...]) -> pa.Schema:
+    return pa.schema([pa.field(c.name, arrow_type(c.type)) for c in columns])
+
+
+def _json_value(value: Any, t: SqlType) -> Any:
+    """Converts one JSON value to the Python value of declared type ``t``."""
+    if value is None:
+        return None
+    name = t.name
+    if name in _INT_RANGES:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"is not a valid {name} (an integer)")
+        bits = _INT_RANGES[name]
+        if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            raise ValueError(f"is out of range for {name}")
+        return value
+    if name in ("DOUBLE", "FLOAT"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"is not a valid {name} (a number)")
+        return float(value)
+    if name == "VARCHAR":
+        if not isinstance(value, str):
+            raise ValueError("is not a valid VARCHAR (a string)")
+        return value
+    if name == "BOOLEAN":
+        if not isinstance(value, bool):
+            raise ValueError("is not a valid BOOLEAN (true/false)")
+        return value
+    if name in ("DATE", "TIMESTAMP"):
+        if not isinstance(value, str):
+            raise ValueError(f"is not a valid {name} (an ISO-8601 string)")
+        try:
+            return dt.date.fromisoformat(value) if name == "DATE" else dt.datetime.fromisoformat(value)
+        except ValueError as e:
+            raise ValueError(f"is not a valid {name} (an ISO-8601 string)") from e
+    if name == "DECIMAL":
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ValueError(f"is not a valid {t}")
+        try:
+            dec = Decimal(str(value))
+        except InvalidOperation as e:
+            raise ValueError(f"is not a valid {t}") from e
+        problem = _decimal_problem(dec, t)
+        if problem:
+            raise ValueError(problem)
+        return dec
+    raise ValueError(f"has an unsupported type {t}")  # pragma: no cover
+
+
+# -- Parquet -----------------------------------------------------------------------------------
+def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str) -> LoadedBatch:
+    from pyspark.sql import functions as F
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise InputError(f"not a readable Parquet file: {e}", Location(display)) from e
+    by_name = _match_columns(table, schema.names, display, line=None)
+    for col in table.columns:
+        file_type = schema.field(by_name[col.name]).type
+        if not _parquet_fits(file_type, col.type):
+            raise InputError(f"column {col.name} is {file_type} in the file but declared {col.type}",
+                             Location(display))
+    df = spark.read.parquet(str(path))
+    cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
+            for c in table.columns]
+    df = df.select(*cols, (F.col("_metadata.row_index") + 1).alias(ROW))
+    required = [c.name for c in table.columns if c.not_null]
+    if required:
+        cond = F.lit(False)
+        for name in required:
+            cond = cond | F.col(name).isNull()
+        bad = df.where(cond).orderBy(ROW).select(ROW, *required).limit(1).collect()
+        if bad:
+            column = next(n for n in required if bad[0][n] is None)
+            raise InputError(f"row {bad[0][ROW]}, column {column}: NULL in a NOT NULL column",
+                             Location(display))
+    return LoadedBatch(df, meta.num_rows)
+
+
+def _parquet_fits(file_type: pa.DataType, t: SqlType) -> bool:
+    """Whether a Parquet column of ``file_type`` converts losslessly to declared ``t``."""
+    name = t.name
+    if name in _INT_RANGES:
+        bits = _INT_RANGES[name]
+        return (pa.types.is_signed_integer(file_type) and file_type.bit_width <= bits) or (
+            pa.types.is_unsigned_integer(file_type) and file_type.bit_width < bits)
+    if name == "DOUBLE":
+        return pa.types.is_floating(file_type) or (
+            pa.types.is_integer(file_type) and file_type.bit_width <= 32)
+    if name == "FLOAT":
+        return pa.types.is_float32(file_type) or pa.types.is_float16(file_type)
+    if name == "VARCHAR":
+        return pa.types.is_string(file_type) or pa.types.is_large_string(file_type)
+    if name == "BOOLEAN":
+        return pa.types.is_boolean(file_type)
+    if name == "DATE":
+        return pa.types.is_date(file_type)
+    if name == "TIMESTAMP":
+        return pa.types.is_timestamp(file_type) and file_type.tz is None
+    if name == "DECIMAL":
+        if pa.types.is_decimal(file_type):
+            return (file_type.scale <= (t.scale or 0) and
+                    file_type.precision - file_type.scale <= (t.precision or 18) - (t.scale or 0))
+        return pa.types.is_integer(file_type) and file_type.bit_width <= 32
+    return False
+
+
+# -- shared -------------------------------------------------------------------------------------
+def _match_columns(table: TableDecl, names: list[str], display: str,
+                   line: int | None) -> dict[str, str]:
+    """Maps declared column -> file column (case-insensitive), or says what does not match."""
+    lower = {}
+    for n in names:
+        if n.lower() in lower:
+            raise InputError(f"column {n} appears twice in the file", Location(display, line))
+        lower[n.lower()] = n
+    declared = {c.name.lower() for c in table.columns}
+    missing = [c.name for c in table.columns if c.name.lower() not in lower]
+    extra = [n for n in names if n.lower() not in declared]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing column(s) {', '.join(missing)}")
+        if extra:
+            parts.append(f"unexpected column(s) {', '.join(extra)}")
+        raise InputError(f"{'; '.join(parts)}: {table.name} is declared as "
+                         f"({', '.join(f'{c.name} {c.type}' for c in table.columns)})",
+                         Location(display, line))
+    return {c.name: lower[c.name.lower()] for c in table.columns}
+
+
+def _check_not_null(table: TableDecl, data: pa.Table, display: str) -> None:
+    for col in table.columns:
+        if col.not_null and data.column(col.name).null_count:
+            first = pc.index(pc.is_null(data.column(col.name)), True).as_py()
+            raise InputError(f"row {first + 1}, column {col.name}: NULL in a NOT NULL column",
+                             Location(display))

@@ -1,0 +1,78 @@
+"""The landing area: where batch files arrive.
+
+Layout (one folder per source table)::
+
+    LANDING/<table>/<file>              inserts
+    LANDING/<table>/_deletes/<file>     deletions
+
+Files are Parquet (``.parquet``), CSV with a header (``.csv``) or JSON lines (``.json``,
+``.jsonl``, ``.ndjson``).  Names starting with ``.`` or ``_`` are ignored, so writers can land
+a file atomically by writing ``.name.tmp`` and renaming it.  Batches apply in order of file
+name, inserts and deletes interleaved by name (ties: table name, then inserts first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from incr.errors import InputError, Location
+
+FORMATS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json",
+           ".ndjson": "json"}
+INSERT, DELETE = "insert", "delete"
+DELETES_DIR = "_deletes"
+
+
+@dataclass(frozen=True)
+class LandedFile:
+    """A batch file found in the landing area."""
+
+    table: str
+    kind: str
+    relpath: str  # relative to the landing root, with forward slashes
+    size: int
+    mtime_ns: int
+
+    @property
+    def name(self) -> str:
+        return self.relpath.rsplit("/", 1)[-1]
+
+
+def file_format(path: str) -> str:
+    """``parquet``, ``csv`` or ``json`` from the file name."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise InputError(f"unsupported batch file type {suffix or '(none)'}; land .parquet, .csv "
+                         f"(with a header) or .json/.jsonl (JSON lines), or start the name with "
+                         f"'.' or '_' to have incr ignore it", Location(path))
+    return FORMATS[suffix]
+
+
+def discover(landing: Path, tables: Iterable[str]) -> list[LandedFile]:
+    """Every batch file currently landed for ``tables``, in apply order."""
+    found: list[LandedFile] = []
+    for table in tables:
+        for kind, folder in ((INSERT, landing / table), (DELETE, landing / table / DELETES_DIR)):
+            if not folder.is_dir():
+                continue
+            for entry in folder.iterdir():
+                if entry.name.startswith((".", "_")) or not entry.is_file():
+                    continue
+                rel = entry.relative_to(landing).as_posix()
+                file_format(str(entry))
+                st = entry.stat()
+                found.append(LandedFile(table, kind, rel, st.st_size, st.st_mtime_ns))
+    found.sort(key=lambda f: (f.name, f.table, f.kind != INSERT))
+    return found
+
+
+def sha256_of(path: Path) -> str:
+    """Content hash of a file (registration fingerprint)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

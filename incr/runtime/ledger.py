@@ -1,0 +1,116 @@
+"""The batch ledger: which landed file is batch number N, for one program.
+
+Batch numbers are assigned when a file is first seen (registration) and never change, so a
+file that lands late, with a name sorting before files already applied, becomes the next
+batch instead of renumbering history.  The ledger is an append-only Delta table of events:
+
+* ``register``: a file became batch ``seq`` (with its size, mtime and SHA-256);
+* ``refresh``: a registered file that no table has applied yet was replaced (e.g. a
+  rejected file the user fixed) and its fingerprint was updated;
+* ``skip``: an operator dropped a batch that was never applied (``incr skip``).
+
+Whether a batch is applied is not recorded here: each Delta table records the batches it
+committed (see :mod:`incr.runtime.store`), which is what makes application exactly-once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pyarrow as pa
+
+from incr.runtime.landing import LandedFile, sha256_of
+from incr.runtime.store import DeltaStore
+
+_SCHEMA = pa.schema([
+    ("seq", pa.int64()), ("event", pa.string()), ("table", pa.string()), ("kind", pa.string()),
+    ("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
+    ("sha256", pa.string()), ("at", pa.string()),
+])
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A registered batch: one landed file."""
+
+    seq: int
+    table: str
+    kind: str
+    path: str  # relative to the landing root
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    def __str__(self) -> str:
+        return f"batch {self.seq} ({self.path})"
+
+
+class Ledger:
+    """The event log of one program's batches."""
+
+    def __init__(self, store: DeltaStore, path: Path):
+        self.store = store
+        self.path = path
+
+    def batches(self) -> list[Batch]:
+        """Live batches (registered, not skipped), in batch-number order."""
+        if not self.store.exists(self.path):
+            return []
+        live: dict[int, Batch] = {}
+        for row in self.store.read(self.path).sort_by("seq").to_pylist():
+            seq = row["seq"]
+            if row["event"] == "register":
+                live[seq] = Batch(seq, row["table"], row["kind"], row["path"], row["size"],
+                                  row["mtime_ns"], row["sha256"])
+            elif row["event"] == "refresh" and seq in live:
+                live[seq] = replace(live[seq], size=row["size"], mtime_ns=row["mtime_ns"],
+                                    sha256=row["sha256"])
+            elif row["event"] == "skip":
+                live.pop(seq, None)
+        return [live[s] for s in sorted(live)]
+
+    def all_paths(self) -> set[str]:
+        """Every path ever registered (skipped ones included: they are not re-registered)."""
+        if not self.store.exists(self.path):
+            return set()
+        table = self.store.read(self.path)
+        return set(table.column("path").to_pylist())
+
+    def register(self, landed: list[LandedFile], landing: Path) -> list[Batch]:
+        """Registers files not seen before, numbering them after the existing batches."""
+        known = self.all_paths()
+        new = [f for f in landed if f.relpath not in known]
+        if not new:
+            return []
+        start = self._next_seq()
+        batches = [Batch(start + i, f.table, f.kind, f.relpath, f.size, f.mtime_ns,
+                         sha256_of(landing / f.relpath)) for i, f in enumerate(new)]
+        self._append([self._row(b, "register") for b in batches])
+        return batches
+
+    def refresh(self, batch: Batch, size: int, mtime_ns: int, sha256: str) -> Batch:
+        """Records new content for a batch no table has applied yet."""
+        updated = replace(batch, size=size, mtime_ns=mtime_ns, sha256=sha256)
+        self._append([self._row(updated, "refresh")])
+        return updated
+
+    def skip(self, batch: Batch) -> None:
+        """Drops a batch for good (the caller checks nothing applied it)."""
+        self._append([self._row(batch, "skip")])
+
+    def _next_seq(self) -> int:
+        if not self.store.exists(self.path):
+            return 0
+        seqs = self.store.read(self.path).column("seq").to_pylist()
+        return max(seqs) + 1 if seqs else 0
+
+    def _row(self, b: Batch, event: str) -> dict:
+        return {"seq": b.seq, "event": event, "table": b.table, "kind": b.kind, "path": b.path,
+                "size": b.size, "mtime_ns": b.mtime_ns, "sha256": b.sha256,
+                "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+
+    def _append(self, rows: list[dict]) -> None:
+        self.store.write(self.path, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="append",
+                         batch=None, description="incr batch ledger (append-only event log)")

@@ -1,0 +1,342 @@
+"""A program's whole run: register landed files, then apply each batch exactly once.
+
+For each batch, in batch-number order:
+
+1. read the file strictly (:mod:`~incr.runtime.ingest`); a bad file rejects the batch;
+2. the source's row index checks deletions and records the batch (not for append-only
+   sources, which refuse delete batches);
+3. every view over that source folds the batch into its state and publishes its answer.
+
+Each step commits its batch number with its data, so a run that dies anywhere is finished by
+the next run, and nothing is applied twice.  A rejected batch stops the run: the batches
+before it stay applied, it and the ones after wait, and every later run tries it again
+until the file is fixed (or skipped on purpose with ``incr skip``).
+
+The same steps are exposed separately for Airflow (:meth:`Pipeline.prepare` then one
+:meth:`Pipeline.apply_view` per view), so views can run as parallel tasks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from incr.compiler import CompiledProgram
+from incr.compiler.program import TableDecl
+from incr.errors import InputError, Location, StorageError
+from incr.runtime import faults
+from incr.runtime.ingest import LoadedBatch, load_batch
+from incr.runtime.landing import DELETE, INSERT, discover, sha256_of
+from incr.runtime.ledger import Batch, Ledger
+from incr.runtime.lock import locked
+from incr.runtime.maintain import ViewMetrics, ViewRuntime
+from incr.runtime.rowindex import RowIndex
+from incr.runtime.store import DeltaStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass
+class BatchReport:
+    """What applying one batch did."""
+
+    seq: int
+    path: str
+    table: str
+    kind: str
+    rows: int = 0
+    read_s: float = 0.0
+    index_s: float = 0.0
+    total_s: float = 0.0
+    views: list[ViewMetrics] = field(default_factory=list)
+
+
+@dataclass
+class RunReport:
+    """What a run did: batches registered and applied, and the rejection that stopped it."""
+
+    program: str
+    registered: int = 0
+    applied: list[BatchReport] = field(default_factory=list)
+    rejected: InputError | None = None
+    rejected_batch: Batch | None = None
+    ready_through: int | None = None
+
+
+@dataclass
+class ViewStatus:
+    """Where one view stands."""
+
+    view: str
+    state_batch: int | None
+    answer_batch: int | None
+    pending: int
+
+
+@dataclass
+class _Progress:
+    """Batches each view and row index has applied, read once per run and kept current."""
+
+    views: dict[str, int]
+    indexes: dict[str, int]
+
+    def index_done(self, batch: Batch) -> bool:
+        return batch.table not in self.indexes or self.indexes[batch.table] >= batch.seq
+
+    def applied_anywhere(self, batch: Batch, consumers: list[ViewRuntime]) -> bool:
+        """True when any table committed ``batch`` (its file may then no longer change)."""
+        if batch.table in self.indexes and self.indexes[batch.table] >= batch.seq:
+            return True
+        return any(v.state_through() >= batch.seq for v in consumers)
+
+
+class Pipeline:
+    """Runs one compiled program against a landing area and a warehouse."""
+
+    def __init__(self, compiled: CompiledProgram, landing: Path | str, warehouse: Path | str,
+                 spark: SparkSession | None = None, store: DeltaStore | None = None):
+        self.compiled = compiled
+        self.landing = Path(landing)
+        self.warehouse = Path(warehouse)
+        self._spark = spark
+        self.store = store or DeltaStore()
+        self.meta = self.warehouse / "_incr" / compiled.name
+        self.ledger = Ledger(self.store, self.meta / "ledger")
+        names = {p.source.lower() for p in compiled.plans}
+        self.tables: dict[str, TableDecl] = {t.name: t for t in compiled.program.tables
+                                             if t.name.lower() in names}
+        self.indexes = {name: RowIndex(self.store, self.meta / "rows" / name, t)
+                        for name, t in self.tables.items() if not t.append_only}
+        self._views: dict[str, ViewRuntime] | None = None
+
+    # -- plumbing ------------------------------------------------------------------------------
+    @property
+    def spark(self) -> SparkSession:
+        if self._spark is None:
+            from incr.runtime.session import spark_session
+
+            self._spark = spark_session()
+        return self._spark
+
+    @property
+    def views(self) -> dict[str, ViewRuntime]:
+        if self._views is None:
+            self._views = {p.view: ViewRuntime(p, self.store, self.spark, self.warehouse)
+                           for p in self.compiled.plans}
+        return self._views
+
+    def _view_runtime(self, name: str) -> ViewRuntime:
+        for key, runtime in self.views.items():
+            if key.lower() == name.lower():
+                return runtime
+        raise StorageError(f"program {self.compiled.name} has no view {name}; its views: "
+                           f"{', '.join(self.views)}")
+
+    @contextlib.contextmanager
+    def _locked(self, views: list[str]) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(locked(self.meta / "lock", f"program {self.compiled.name}"))
+            for v in sorted(views):
+                stack.enter_context(locked(self.meta / f"lock-{v}", f"view {v}"))
+            yield
+
+    # -- what is there ---------------------------------------------------------------------------
+    def register(self) -> int:
+        """Registers newly landed files as batches; returns how many."""
+        files = discover(self.landing, self.tables)
+        return len(self.ledger.register(files, self.landing))
+
+    def _consumers(self, batch: Batch) -> list[ViewRuntime]:
+        return [v for v in self.views.values() if v.plan.source.lower() == batch.table.lower()]
+
+    def _progress(self) -> _Progress:
+        return _Progress({n: v.through() for n, v in self.views.items()},
+                         {t: i.through() for t, i in self.indexes.items()})
+
+    def status(self) -> list[ViewStatus]:
+        """Per view: the batch its state and answer reflect, and batches still to apply."""
+        batches = self.ledger.batches()
+        out = []
+        for v in self.views.values():
+            done = v.through()
+            pending = sum(1 for b in batches if b.table.lower() == v.plan.source.lower()
+                          and b.seq > done)
+            out.append(ViewStatus(v.plan.view, v.state_through(), v.answer_through(), pending))
+        return out
+
+    # -- running ---------------------------------------------------------------------------------
+    def run(self, through: int | None = None) -> RunReport:
+        """Registers and applies every pending batch; stops at the first rejected batch.
+
+        With ``through``, batches after that number wait for a later run (benchmarks and
+        the demo apply one batch at a time this way).
+        """
+        report = RunReport(self.compiled.name)
+        with self._locked(list(self.views)):
+            self._check_answer_ownership()
+            report.registered = self.register()
+            progress = self._progress()
+            for batch in self.ledger.batches():
+                if through is not None and batch.seq > through:
+                    break
+                consumers = [v for v in self._consumers(batch)
+                             if progress.views[v.plan.view] < batch.seq]
+                if progress.index_done(batch) and not consumers:
+                    continue
+                try:
+                    report.applied.append(self._apply(batch, consumers, progress))
+                except InputError as e:
+                    report.rejected, report.rejected_batch = e, batch
+                    break
+                for v in consumers:
+                    progress.views[v.plan.view] = batch.seq
+                report.ready_through = batch.seq
+            for v in self.views.values():
+                v.drop_stale_state()
+        self._log(report)
+        return report
+
+    def prepare(self) -> RunReport:
+        """Airflow's first step: register, read and index every pending batch (no view work).
+
+        ``ready_through`` is the last batch that every view may apply.
+        """
+        report = RunReport(self.compiled.name)
+        with self._locked([]):
+            self._check_answer_ownership()
+            report.registered = self.register()
+            progress = self._progress()
+            for batch in self.ledger.batches():
+                behind = any(progress.views[v.plan.view] < batch.seq for v in self._consumers(batch))
+                if behind or not progress.index_done(batch):
+                    try:
+                        t0 = time.perf_counter()
+                        loaded = self._load(batch, progress)
+                        self._index(batch, loaded, progress)
+                        report.applied.append(BatchReport(batch.seq, batch.path, batch.table,
+                                                          batch.kind, loaded.rows,
+                                                          total_s=time.perf_counter() - t0))
+                    except InputError as e:
+                        report.rejected, report.rejected_batch = e, batch
+                        break
+                report.ready_through = batch.seq
+        self._log(report)
+        return report
+
+    def apply_view(self, view: str, through: int | None) -> list[ViewMetrics]:
+        """Airflow's per-view step: applies batches up to ``through`` (from :meth:`prepare`)."""
+        runtime = self._view_runtime(view)
+        out: list[ViewMetrics] = []
+        if through is None:
+            return out
+        with self._locked([runtime.plan.view]):
+            progress = self._progress()
+            for batch in self.ledger.batches():
+                if batch.seq > through:
+                    break
+                if batch.table.lower() != runtime.plan.source.lower() or \
+                        progress.views[runtime.plan.view] >= batch.seq:
+                    continue
+                if not progress.index_done(batch):
+                    raise StorageError(f"{batch} is not validated yet; run the prepare step first")
+                loaded = self._load(batch, progress)
+                out += self._fold(batch, loaded, [runtime])
+                progress.views[runtime.plan.view] = batch.seq
+            runtime.drop_stale_state()
+        return out
+
+    def skip(self, seq: int) -> Batch:
+        """Drops a batch no table has applied (e.g. a bad file the producer will resend)."""
+        with self._locked(list(self.views)):
+            batch = next((b for b in self.ledger.batches() if b.seq == seq), None)
+            if batch is None:
+                raise StorageError(f"program {self.compiled.name} has no live batch {seq}")
+            if self._progress().applied_anywhere(batch, self._consumers(batch)):
+                raise StorageError(f"{batch} is already applied by some tables; it cannot be "
+                                   f"skipped (land a delete batch to undo its rows)")
+            self.ledger.skip(batch)
+            return batch
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _apply(self, batch: Batch, consumers: list[ViewRuntime], progress: _Progress) -> BatchReport:
+        t0 = time.perf_counter()
+        faults.crash_point("batch.start", batch.seq)
+        loaded = self._load(batch, progress)
+        report = BatchReport(batch.seq, batch.path, batch.table, batch.kind, loaded.rows,
+                             read_s=time.perf_counter() - t0)
+        if len(consumers) > 1 or batch.table in self.indexes:
+            loaded.df = loaded.df.cache()
+        try:
+            t1 = time.perf_counter()
+            self._index(batch, loaded, progress)
+            report.index_s = time.perf_counter() - t1
+            report.views = self._fold(batch, loaded, consumers)
+        finally:
+            loaded.df.unpersist()
+        report.total_s = time.perf_counter() - t0
+        return report
+
+    def _load(self, batch: Batch, progress: _Progress) -> LoadedBatch:
+        path = self.landing / batch.path
+        display = str(path)
+        if batch.kind == DELETE and batch.table not in self.indexes:
+            raise InputError(f"{batch.table} is declared append-only (header option append_only), "
+                             f"so delete batches are refused; remove the option to allow "
+                             f"deletions", Location(display))
+        self._check_unchanged(batch, path, progress)
+        return load_batch(self.spark, self.tables[batch.table], path, display)
+
+    def _check_unchanged(self, batch: Batch, path: Path, progress: _Progress) -> None:
+        if not path.is_file():
+            return  # load_batch says the file is gone
+        st = path.stat()
+        if (st.st_size, st.st_mtime_ns) == (batch.size, batch.mtime_ns):
+            return
+        digest = sha256_of(path)
+        if digest == batch.sha256:
+            return
+        if progress.applied_anywhere(batch, self._consumers(batch)):
+            raise InputError(f"the file changed after {batch} was applied; incr never applies a "
+                             f"batch twice. Restore the original file and land the change as a "
+                             f"new batch (deletes of the old rows plus inserts)", Location(str(path)))
+        self.ledger.refresh(batch, st.st_size, st.st_mtime_ns, digest)
+
+    def _index(self, batch: Batch, loaded: LoadedBatch, progress: _Progress) -> None:
+        index = self.indexes.get(batch.table)
+        if index is None or progress.index_done(batch):
+            return
+        if batch.kind == INSERT:
+            index.record_inserts(loaded.df, batch.seq)
+        else:
+            index.record_deletes(self.spark, loaded.df, batch.seq, str(self.landing / batch.path))
+        progress.indexes[batch.table] = batch.seq
+        faults.crash_point("index.after_commit", batch.seq)
+
+    def _fold(self, batch: Batch, loaded: LoadedBatch, views: list[ViewRuntime]) -> list[ViewMetrics]:
+        name = f"incr_batch_{batch.table}"
+        loaded.df.createOrReplaceTempView(name)
+        out = []
+        for v in views:
+            out.append(v.apply(batch.seq, batch.kind, loaded.df, name))
+        return out
+
+    def _check_answer_ownership(self) -> None:
+        for v in self.views.values():
+            owner = self.store.last_commit_metadata(v.answer_path, "incr.program")
+            if owner is not None and owner != self.compiled.name:
+                raise StorageError(f"answer table {v.answer_path} belongs to program {owner}; "
+                                   f"view names must be unique across programs sharing a warehouse")
+
+    def _log(self, report: RunReport) -> None:
+        self.meta.mkdir(parents=True, exist_ok=True)
+        entry = {"at": time.time(), "program": report.program, "registered": report.registered,
+                 "applied": [asdict(b) for b in report.applied],
+                 "rejected": str(report.rejected) if report.rejected else None}
+        with (self.meta / "runs.jsonl").open("a") as fh:
+            fh.write(json.dumps(entry, default=str) + "\n")

@@ -1,0 +1,73 @@
+"""Human-readable output: run reports and answer tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from incr.compiler.plan import IncrementalPlan
+from incr.errors import StorageError
+from incr.runtime.store import APP_ID, DeltaStore
+
+
+def describe_run(report) -> str:
+    """One line per applied batch, with where its time went."""
+    lines = [f"program {report.program}: {report.registered} new file(s) registered, "
+             f"{len(report.applied)} batch(es) applied"]
+    for b in report.applied:
+        views = "; ".join(f"{v.view} h {v.h_s:.2f}s merge {v.merge_s:.2f}s answer {v.answer_s:.2f}s"
+                          for v in b.views)
+        lines.append(f"  batch {b.seq} {b.kind:<6} {b.path} ({b.rows} rows) in {b.total_s:.2f}s: "
+                     f"read {b.read_s:.2f}s, row index {b.index_s:.2f}s"
+                     + (f"; {views}" if views else ""))
+    if report.rejected is not None:
+        lines.append(f"  stopped at {report.rejected_batch}: rejected, nothing of it was applied")
+    return "\n".join(lines)
+
+
+def read_answer(warehouse: Path, plan: IncrementalPlan, batch: int | None = None,
+                store: DeltaStore | None = None) -> tuple[pa.Table, int | None]:
+    """A view's answer table (as of ``batch`` if given) and the batch it reflects."""
+    store = store or DeltaStore()
+    path = warehouse / "answers" / plan.view
+    if not store.exists(path):
+        raise StorageError(f"view {plan.view} has no answer yet at {path}; run `incr run` first")
+    if batch is None:
+        return store.read(path), store.batch_version(path)
+    for commit in store.history(path):
+        if commit.get("incr.batch") == str(batch):
+            return store.read(path, commit["version"]), batch
+    raise StorageError(f"view {plan.view} has no answer for batch {batch} (batches of other "
+                       f"tables, or ones before the view existed, have none)")
+
+
+def format_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    """A plain-text table."""
+    cells = [[_cell(r[c]) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths))
+    rule = "  ".join("-" * w for w in widths)
+    body = ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths))
+            for row in cells]
+    return "\n".join([line, rule, *body])
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:.6g}" if abs(v) < 1e15 else repr(v)
+    return str(v)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+__all__ = ["APP_ID", "describe_run", "format_table", "read_answer"]

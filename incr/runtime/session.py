@@ -1,0 +1,69 @@
+"""The SparkSession, and reading Delta tables into Spark without the delta-spark JARs.
+
+Spark reads a Delta table's current version through the table's file list (from delta-rs)
+with ``basePath`` set so the ``_bucket=<n>`` partition directories become a column.  That is
+only valid while the table uses no deletion vectors or column mapping; the storage adapter
+checks the protocol and refuses otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from incr.runtime.store import DeltaStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "4g",
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+}
+
+
+def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+    """Returns the process's SparkSession, creating a local one on first use.
+
+    ``INCR_SPARK_MASTER`` (default ``local[2]``) picks the master; ``INCR_SPARK_CONF`` may
+    add ``key=value`` pairs separated by commas (e.g. ``spark.driver.memory=8g``).
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    settings = dict(DEFAULTS)
+    for item in filter(None, os.environ.get("INCR_SPARK_CONF", "").split(",")):
+        key, _, value = item.partition("=")
+        settings[key.strip()] = value.strip()
+    settings.update(conf or {})
+    builder = SparkSession.builder.master(master or os.environ.get("INCR_SPARK_MASTER", "local[2]"))
+    builder = builder.appName("incr")
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    # PySpark logs every SQL error it re-raises as a multi-kilobyte JSON record; incr reports
+    # the error itself, with the file and view it concerns.
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
+    return spark
+
+
+def read_delta(spark: SparkSession, store: DeltaStore, path: str) -> DataFrame:
+    """A DataFrame over the current version of the Delta table at ``path``."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    snapshot = store.snapshot(path)
+    if not snapshot.files:
+        return spark.createDataFrame(snapshot.schema.empty_table())
+    schema = from_arrow_schema(snapshot.schema)
+    return (spark.read.schema(schema).option("basePath", snapshot.root)
+            .parquet(*snapshot.files).select(*[f.name for f in snapshot.schema]))

@@ -1,0 +1,246 @@
+"""The storage adapter: every Delta Lake write goes through :class:`DeltaStore`.
+
+Tables are read and written with delta-rs (``deltalake``), because the delta-spark JARs are
+not available here (DESIGN §4).  Two properties matter to the rest of incr:
+
+* **Exactly once.** Every write for a batch carries an app transaction
+  ``(app_id="incr", version=<batch number>)`` in the same commit as its data, and
+  :meth:`DeltaStore.batch_version` reads it back.  A retried write first asks whether the
+  batch is already in; a write with no data still commits the marker.
+* **One MERGE.** :class:`Merge` is shaped like delta-rs's merge builder (clause-named
+  methods, ``execute()`` returns metrics) and is the only place a MERGE is issued.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from incr.compiler.plan import BUCKET
+from incr.compiler.sqlgen import merge_condition
+from incr.errors import StorageError
+
+APP_ID = "incr"
+_UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping"}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What Spark needs to read a table's current version."""
+
+    root: str
+    files: list[str]
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+    version: int
+
+
+@dataclass
+class MergeMetrics:
+    """What a merge did (delta-rs's own metrics, plus the batch it recorded)."""
+
+    batch: int | None
+    source_rows: int = 0
+    inserted: int = 0
+    updated: int = 0
+    deleted: int = 0
+    files_added: int = 0
+    files_removed: int = 0
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class DeltaStore:
+    """Reads and writes Delta tables on a local (or fsspec-reachable) path."""
+
+    # -- reading ---------------------------------------------------------------------------
+    def exists(self, path: str | Path) -> bool:
+        """True when ``path`` holds a Delta table."""
+        return DeltaTable.is_deltatable(str(path))
+
+    def table(self, path: str | Path) -> DeltaTable:
+        """The table at ``path``, or a StorageError saying which is missing."""
+        try:
+            return DeltaTable(str(path))
+        except TableNotFoundError as e:
+            raise StorageError(f"no Delta table at {path}") from e
+
+    def batch_version(self, path: str | Path) -> int | None:
+        """The last batch committed to the table (None: table missing or never written by a batch)."""
+        if not self.exists(path):
+            return None
+        return self.table(path).transaction_version(APP_ID)
+
+    def applied_through(self, path: str | Path) -> int:
+        """Like :meth:`batch_version`, with -1 for "no batch yet" (batches count from 0)."""
+        version = self.batch_version(path)
+        return -1 if version is None else version
+
+    def snapshot(self, path: str | Path) -> Snapshot:
+        """The current file list and schema, after checking Spark can read the files directly."""
+        dt = self.table(path)
+        protocol = dt.protocol()
+        features = set(protocol.reader_features or []) & _UNSUPPORTED_FEATURES
+        if features:
+            raise StorageError(
+                f"the Delta table at {path} uses {', '.join(sorted(features))}; Spark reads incr's "
+                f"tables through their file lists, which would return deleted rows. Rewrite the "
+                f"table without those features.")
+        schema = pa.schema(dt.schema().to_arrow())
+        return Snapshot(str(Path(path)), dt.file_uris(), schema,
+                        tuple(dt.metadata().partition_columns), dt.version())
+
+    def read(self, path: str | Path, version: int | None = None) -> pa.Table:
+        """The table's rows as Arrow (current version, or ``version`` by time travel)."""
+        dt = self.table(path)
+        if version is not None:
+            dt.load_as_version(version)
+        return dt.to_pyarrow_table()
+
+    def history(self, path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+        """Commit infos, newest first (custom commit metadata included)."""
+        return self.table(path).history(limit)
+
+    def last_commit_metadata(self, path: str | Path, key: str) -> str | None:
+        """A custom metadata value of the newest commit, or None."""
+        if not self.exists(path):
+            return None
+        latest = self.history(path, 1)
+        return latest[0].get(key) if latest else None
+
+    # -- writing ---------------------------------------------------------------------------
+    def write(self, path: str | Path, data: pa.Table, *, mode: str, batch: int | None,
+              partition_by: Iterable[str] | None = None, description: str | None = None,
+              metadata: Mapping[str, str] | None = None, replace_schema: bool = False) -> None:
+        """Appends or overwrites, recording ``batch`` in the same commit when given.
+
+        ``mode`` is ``append`` or ``overwrite``; the table is created on first write.
+        """
+        Path(path).mkdir(parents=True, exist_ok=True)
+        try:
+            write_deltalake(
+                str(path), data, mode=mode,
+                partition_by=list(partition_by) if partition_by else None,
+                description=description,
+                schema_mode="overwrite" if replace_schema else None,
+                commit_properties=_commit(batch, metadata))
+        except DeltaError as e:
+            raise StorageError(f"writing the Delta table at {path} failed: {e}") from e
+
+    def merge(self, path: str | Path, source: pa.Table) -> Merge:
+        """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""
+        return Merge(self, Path(path), source)
+
+    def compact(self, path: str | Path, sort_by: tuple[str, ...], max_files: int) -> bool:
+        """Rewrites the table sorted by ``sort_by`` once it has more than ``max_files`` files.
+
+        Merges add a file per touched bucket; compaction keeps reads cheap and restores the
+        sort order within buckets.  The rewrite keeps every app transaction, so exactly-once
+        bookkeeping survives it.  Returns True when it rewrote.
+        """
+        dt = self.table(path)
+        if len(dt.file_uris()) <= max_files:
+            return False
+        data = dt.to_pyarrow_table()
+        if data.num_rows:
+            data = data.sort_by([(c, "ascending") for c in sort_by])
+        self.write(path, data, mode="overwrite", batch=None,
+                   partition_by=dt.metadata().partition_columns or None)
+        dt = self.table(path)
+        dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        return True
+
+    def remove(self, path: str | Path) -> None:
+        """Deletes a table directory (used for state that a changed view no longer owns)."""
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Merge:
+    """A MERGE under construction; see :meth:`DeltaStore.merge`."""
+
+    def __init__(self, store: DeltaStore, path: Path, source: pa.Table):
+        self._store = store
+        self._path = path
+        self._source = source
+        self._predicate: str | None = None
+        self._delete_when: str | None = None
+        self._updates: dict[str, str] | None = None
+        self._insert = False
+        self._batch: int | None = None
+        self._metadata: Mapping[str, str] | None = None
+
+    def on(self, keys: tuple[str, ...], buckets: Iterable[int] | None = None) -> Merge:
+        """Joins on the bucket and the null-safe key columns; ``buckets`` prunes partitions."""
+        self._predicate = merge_condition(keys)
+        if buckets is not None:
+            listed = ", ".join(str(int(b)) for b in sorted(set(buckets)))
+            self._predicate += f" AND (t.{BUCKET} IN ({listed}))"
+        return self
+
+    def when_matched_delete(self, predicate: str | None) -> Merge:
+        """Deletes matched rows satisfying ``predicate`` (evaluated before any update)."""
+        self._delete_when = predicate
+        return self
+
+    def when_matched_update(self, updates: Mapping[str, str]) -> Merge:
+        """Sets each column of matched rows to an SQL expression over ``t`` and ``s``."""
+        self._updates = dict(updates)
+        return self
+
+    def when_not_matched_insert_all(self) -> Merge:
+        """Inserts source rows that match no target row."""
+        self._insert = True
+        return self
+
+    def for_batch(self, batch: int, metadata: Mapping[str, str] | None = None) -> Merge:
+        """Records ``batch`` in the merge's commit (exactly-once marker)."""
+        self._batch = batch
+        self._metadata = metadata
+        return self
+
+    def execute(self) -> MergeMetrics:
+        """Runs the MERGE; with an empty source, commits just the batch marker."""
+        if self._predicate is None:
+            raise ValueError("Merge.on(...) was not called")
+        dt = self._store.table(self._path)
+        target = pa.schema(dt.schema().to_arrow())
+        try:
+            source = self._source.select(target.names).cast(target)
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise StorageError(f"h(ΔS) does not fit the state table at {self._path}: {e}; the "
+                               f"view changed without a new state fingerprint") from e
+        metrics = MergeMetrics(self._batch)
+        if source.num_rows:
+            builder = dt.merge(source, self._predicate, source_alias="s", target_alias="t",
+                               commit_properties=_commit(self._batch, self._metadata))
+            if self._delete_when:
+                builder = builder.when_matched_delete(predicate=self._delete_when)
+            if self._updates:
+                builder = builder.when_matched_update(updates=self._updates)
+            if self._insert:
+                builder = builder.when_not_matched_insert_all()
+            try:
+                raw = builder.execute()
+            except DeltaError as e:
+                raise StorageError(f"MERGE into {self._path} failed: {e}") from e
+            metrics = MergeMetrics(
+                self._batch, raw.get("num_source_rows", 0), raw.get("num_target_rows_inserted", 0),
+                raw.get("num_target_rows_updated", 0), raw.get("num_target_rows_deleted", 0),
+                raw.get("num_target_files_added", 0), raw.get("num_target_files_removed", 0), raw)
+        if self._batch is not None and self._store.batch_version(self._path) != self._batch:
+            # Nothing changed (empty batch, or a merge that touched no row): the batch is
+            # still applied, so its marker must be committed.
+            self._store.write(self._path, target.empty_table(), mode="append", batch=self._batch,
+                              metadata=self._metadata)
+        return metrics
+
+
+def _commit(batch: int | None, metadata: Mapping[str, str] | None) -> CommitProperties:
+    txns = [Transaction(APP_ID, batch)] if batch is not None else None
+    return CommitProperties(app_transactions=txns, custom_metadata=dict(metadata or {}) or None)
