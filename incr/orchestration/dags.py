@@ -1,12 +1,12 @@
 """The DAG factory: one Airflow DAG per program file.
 
-Each DAG is ``prepare`` → ``apply_view`` (mapped, one task per view) → ``finish``:
+Each DAG is ``prepare`` → ``apply_<view>`` (one task per view) → ``finish``:
 
 * ``prepare`` registers newly landed files, reads each pending batch strictly and advances
   the sources' row indexes (deletions checked); it stops at the first rejected batch and
   says up to which batch the views may go;
-* ``apply_view[i]`` folds those batches into one view's state and publishes its answer;
-  views are independent, so they run as parallel tasks;
+* ``apply_<view>`` folds those batches into one view's state and publishes its answer;
+  views are independent, so they run as parallel tasks, each retried on its own;
 * ``finish`` fails the run, with the rejection message, if a batch was rejected.
 
 Every task is idempotent (each Delta commit carries its batch number), so Airflow retries
@@ -24,6 +24,9 @@ from pathlib import Path
 from airflow.sdk import DAG, Param, dag, task
 
 _SCHEDULE = re.compile(r"^\s*--\s*incr\s*:\s*schedule\s*=\s*(?P<value>\S.*?)\s*$", re.IGNORECASE)
+_VIEW = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:IF\s+NOT\s+EXISTS\s+)?"
+                   r"[`\"]?(?P<name>[A-Za-z][A-Za-z0-9_]*)", re.IGNORECASE)
+_COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 def header_schedule(text: str) -> str | None:
@@ -37,10 +40,17 @@ def header_schedule(text: str) -> str | None:
     return None
 
 
+def view_names(text: str) -> list[str]:
+    """The names of a program's views, read without parsing the SQL (the compiler checks them)."""
+    return [m.group("name") for m in _VIEW.finditer(_COMMENTS.sub(" ", text))]
+
+
 def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
     """The DAG maintaining the views of one program file."""
     name = program.stem
-    schedule = header_schedule(program.read_text(encoding="utf-8"))
+    text = program.read_text(encoding="utf-8")
+    schedule = header_schedule(text)
+    views = view_names(text)
 
     @dag(dag_id=f"incr_{name}", schedule=schedule, start_date=dt.datetime(2026, 1, 1),
          catchup=False, max_active_runs=1, tags=["incr"],
@@ -55,20 +65,23 @@ def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
 
             return prepare_batches(program, params["landing"], params["warehouse"])
 
-        @task(max_active_tis_per_dagrun=4)
-        def apply_view(view: str, through: int | None, params: dict | None = None) -> dict:
-            from incr.orchestration.tasks import apply_view as run_view
+        def apply_task(view: str):
+            @task(task_id=f"apply_{view}")
+            def apply_view(through: int | None, params: dict | None = None) -> dict:
+                from incr.orchestration.tasks import apply_view as run_view
 
-            return run_view(program, params["landing"], params["warehouse"], view, through)
+                return run_view(program, params["landing"], params["warehouse"], view, through)
+
+            return apply_view
 
         @task
         def finish(rejected: str | None, results: list[dict]) -> dict:
             from incr.orchestration.tasks import finish_run
 
-            return finish_run(rejected, list(results))
+            return finish_run(rejected, results)
 
         prepared = prepare()
-        results = apply_view.partial(through=prepared["ready_through"]).expand(view=prepared["views"])
+        results = [apply_task(v)(prepared["ready_through"]) for v in views]
         finish(prepared["rejected"], results)
 
     return maintain()

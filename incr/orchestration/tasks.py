@@ -22,7 +22,7 @@ def prepare_batches(program: Path, landing: str, warehouse: str) -> dict:
         "views": [p.view for p in pipeline.compiled.plans],
         "registered": report.registered,
         "validated": [b.seq for b in report.applied],
-        "rejected": str(report.rejected) if report.rejected else None,
+        "rejected": str(report.rejected) if report.rejected else "",
     }
 
 
