@@ -116,9 +116,9 @@ class _Translator:
 
     # -- the supported class -------------------------------------------------------------
     def _check_shape(self, tree: exp.Select) -> None:
-        if tree.args.get("with"):
+        if tree.args.get("with_"):
             raise self._refuse("WITH (common table expressions)", "only a single SELECT over one "
-                               "source is maintained; inline the CTE", tree.args["with"])
+                               "source is maintained; inline the CTE", tree.args["with_"])
         if tree.args.get("joins"):
             raise self._refuse("JOIN", "this release maintains single-source views; joins "
                                "are planned (state per join key)", tree.args["joins"][0])
@@ -134,12 +134,21 @@ class _Translator:
         if not isinstance(from_.this, exp.Table):
             raise self._refuse("subquery in FROM", "nested queries are not incrementalized "
                                "yet; read the source table directly", from_.this)
+        for key, construct in (("pivots", "PIVOT"), ("sample", "TABLESAMPLE")):
+            if from_.this.args.get(key):
+                raise self._refuse(construct, "it has no incremental form here", from_.this)
         group = tree.args.get("group")
         if group is not None:
             for key in ("rollup", "cube", "grouping_sets", "all"):
                 if group.args.get(key):
                     raise self._refuse(f"GROUP BY {key.upper().replace('_', ' ')}",
                                        "list the grouping expressions explicitly", group)
+            for node in group.expressions:  # sqlglot keeps ROLLUP (k) etc. among the keys
+                if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                    kind = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE",
+                            exp.GroupingSets: "GROUPING SETS"}[type(node)]
+                    raise self._refuse(f"GROUP BY {kind}",
+                                       "list the grouping expressions explicitly", node)
 
     def _check_nodes(self, tree: exp.Select) -> None:
         for node in tree.walk():
@@ -188,7 +197,9 @@ class _Translator:
                 raise self._error(f"unknown table or alias {qualifier} in {col.sql()}", col)
             declared = self.table.column(col.name)
             if declared is not None:
-                col.replace(exp.column(declared.name))
+                resolved = exp.column(declared.name)
+                resolved.this.meta.update(col.this.meta)  # keep the position for error messages
+                col.replace(resolved)
             elif col.name in aliases and not qualifier:
                 continue
             else:
@@ -207,6 +218,8 @@ class _Translator:
         rel: Rel = Source(source.name, tuple(c.name for c in source.columns))
         where = tree.args.get("where")
         if where is not None:
+            if _contains_aggregate(where.this):
+                raise self._error("aggregates are not allowed in WHERE; use HAVING", where)
             self._check_no_alias_refs(where.this, "WHERE")
             rel = Filter(rel, Scalar.of(where.this))
         items = self._select_items(tree, source)

@@ -27,6 +27,7 @@ _CANONICAL = {
     exp.DataType.Type.DATE: "DATE",
     exp.DataType.Type.TIMESTAMP: "TIMESTAMP",
     exp.DataType.Type.DATETIME: "TIMESTAMP",
+    exp.DataType.Type.TIMESTAMPNTZ: "TIMESTAMP",  # how sqlglot reads DuckDB TIMESTAMP
     exp.DataType.Type.DECIMAL: "DECIMAL",
 }
 

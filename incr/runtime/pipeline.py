@@ -152,6 +152,15 @@ class Pipeline:
         files = discover(self.landing, self.tables)
         return len(self.ledger.register(files, self.landing))
 
+    def _register_or_reject(self, report: RunReport) -> int:
+        """:meth:`register`, with a landed file incr cannot take at all (e.g. ``.txt``) recorded
+        as the run's rejection (no batch applies this run) instead of raised."""
+        try:
+            return self.register()
+        except InputError as e:
+            report.rejected = e
+            return 0
+
     def _consumers(self, batch: Batch) -> list[ViewRuntime]:
         return [v for v in self.views.values() if v.plan.source.lower() == batch.table.lower()]
 
@@ -180,9 +189,9 @@ class Pipeline:
         report = RunReport(self.compiled.name)
         with self._locked(list(self.views)):
             self._check_answer_ownership()
-            report.registered = self.register()
+            report.registered = self._register_or_reject(report)
             progress = self._progress()
-            for batch in self.ledger.batches():
+            for batch in self.ledger.batches() if report.rejected is None else []:
                 if through is not None and batch.seq > through:
                     break
                 consumers = [v for v in self._consumers(batch)
@@ -210,9 +219,9 @@ class Pipeline:
         report = RunReport(self.compiled.name)
         with self._locked([]):
             self._check_answer_ownership()
-            report.registered = self.register()
+            report.registered = self._register_or_reject(report)
             progress = self._progress()
-            for batch in self.ledger.batches():
+            for batch in self.ledger.batches() if report.rejected is None else []:
                 behind = any(progress.views[v.plan.view] < batch.seq for v in self._consumers(batch))
                 if behind or not progress.index_done(batch):
                     try:

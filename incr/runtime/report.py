@@ -23,7 +23,8 @@ def describe_run(report) -> str:
                      f"read {b.read_s:.2f}s, row index {b.index_s:.2f}s"
                      + (f"; {views}" if views else ""))
     if report.rejected is not None:
-        lines.append(f"  stopped at {report.rejected_batch}: rejected, nothing of it was applied")
+        where = report.rejected_batch or (report.rejected.location or "a landed file")
+        lines.append(f"  stopped at {where}: rejected, nothing of it was applied")
     return "\n".join(lines)
 
 

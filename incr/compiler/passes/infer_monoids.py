@@ -40,6 +40,7 @@ def infer_monoids(c: Compilation) -> Compilation:
     """Fills ``aggregates``: one :class:`AggState` per aggregate of the view."""
     agg = next(node for node in c.rel.walk() if isinstance(node, Aggregate))
     namer = _Namer()
+    namer.used.update(k.name.lower() for k in c.lineage or ())  # θ columns share the table
     bags: dict[str, int] = {}
     states: list[AggState] = []
     for named in agg.aggs:

@@ -18,7 +18,7 @@ from incr.compiler.ir import Aggregate, Named
 def lineage(c: Compilation) -> Compilation:
     """Fills ``lineage`` (θ over source columns) and the IR-key → state-column map."""
     agg = next(node for node in c.rel.walk() if isinstance(node, Aggregate))
-    used: set[str] = set()
+    used: set[str] = {"value"}  # a value-count bag's own key column (split_answer.BAG_VALUE)
     theta: list[Named] = []
     mapping: list[tuple[str, str]] = []
     for i, key in enumerate(agg.keys):
