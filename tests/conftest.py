@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+from incr.orchestration.airflow_home import use_airflow_home
+
+# Airflow reads its configuration when first imported (test modules import the DAG factory),
+# so the tests' own Airflow home is set before collection.
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="incr-test-airflow-"))
+use_airflow_home(_AIRFLOW_HOME, dags_folder=_AIRFLOW_HOME / "dags")
+(_AIRFLOW_HOME / "dags").mkdir(exist_ok=True)
 
 REPO = Path(__file__).resolve().parents[1]
 SALES = REPO / "sql" / "examples" / "sales.sql"
