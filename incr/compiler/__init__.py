@@ -53,7 +53,7 @@ def compile_parsed(program: Program) -> CompiledProgram:
 def start(program: Program, view: ViewDecl) -> Compilation:
     """The compilation of ``view`` right after translation, before any pass."""
     t = translate(view, program)
-    return Compilation(program=program, view=view, source=t.source, rel=t.rel)
+    return Compilation(program=program, view=view, source=t.source, rel=t.rel, join=t.join)
 
 
 def compile_view(program: Program, view: ViewDecl) -> IncrementalPlan:
@@ -67,6 +67,7 @@ def build_plan(c: Compilation) -> IncrementalPlan:
     assert c.merge is not None and c.diminish is not None and c.diffuse is not None
     return IncrementalPlan(
         program=c.program.name, view=c.view.name, select=c.view.select, source=c.source.name,
+        sources=tuple(i.table for i in c.join.inputs) if c.join else (c.source.name,), join=c.join,
         source_columns=c.source.columns, append_only=c.source.append_only, logical=c.rel,
         lineage=c.lineage or (), tables=c.tables, h=c.h, merge=c.merge, diminish=c.diminish,
         diffuse=c.diffuse, answer=c.answer, buckets=c.h[0].buckets,

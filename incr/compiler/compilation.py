@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from incr.compiler.ir import Named, Rel
+from incr.compiler.ir import EquiJoin, Named, Rel
 from incr.compiler.plan import (Answer, DiffusionSpec, HQuery, MergeSpec, StateTable,
                                 StateValue)
 from incr.compiler.program import Program, TableDecl, ViewDecl
@@ -40,6 +40,7 @@ class Compilation:
     view: ViewDecl
     source: TableDecl
     rel: Rel
+    join: EquiJoin | None = None
     lineage: tuple[Named, ...] | None = None
     key_columns: tuple[tuple[str, str], ...] | None = None  # IR key name (_k<i>) -> state column
     aggregates: tuple[AggState, ...] | None = None

@@ -44,8 +44,14 @@ def explain_plan(plan: IncrementalPlan) -> str:
     out.append(_section("lineage key θ", theta))
     for table in plan.tables:
         out.append(_section(f"state table {table.name}", _schema(table, plan)))
+    if plan.join is not None:
+        out.append(_section("join (inner, equi)", str(plan.join)))
+        for source in plan.sources:
+            sides = {i.alias: f"state.side_{i.alias}" for i in plan.join.inputs}
+            out.append(_section(f"Δjoined when a batch of {source} lands",
+                                plan.join_delta_sql(source, f"Δ{source}", sides)))
     for hq in plan.h:
-        out.append(_section(f"h  (batch → {hq.table.name})", plan.h_sql(hq.table.name, f"Δ{plan.source}")))
+        out.append(_section(f"h  (batch → {hq.table.name})", plan.h_sql(hq.table.name, f"Δ{hq.source}")))
     for spec in plan.merge:
         out.append(_section(f"⊗  (merge inserts into {spec.table})", render_merge(spec, plan.table(spec.table))))
     if plan.diminish:
@@ -68,9 +74,12 @@ def _section(title: str, body: str) -> str:
 
 
 def _schema(table: StateTable, plan: IncrementalPlan) -> str:
-    rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64(θ), {plan.buckets if table.keys else 1})"]
+    hashed = ", ".join(table.bucket_columns) if table.side_of else "θ"
+    rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), "
+            f"{plan.buckets if table.keys else 1})"]
     for k in table.keys:
-        rows.append(f"{k.name:<14} {infer_type(k.expr, plan.source, plan.source_columns):<10} key: {k.expr}")
+        expr = Scalar.column(k.name) if table.side_of else k.expr  # side keys: joined names
+        rows.append(f"{k.name:<14} {infer_type(expr, plan.source, plan.source_columns):<10} key: {k.expr}")
     if table.value_key is not None:
         vk = table.value_key
         rows.append(f"{vk.name:<14} {infer_type(vk.expr, plan.source, plan.source_columns):<10} "

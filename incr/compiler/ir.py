@@ -170,3 +170,56 @@ class Limit(Rel):
 
     def label(self) -> str:
         return f"Limit {self.count if self.count is not None else 'ALL'} OFFSET {self.offset}"
+
+
+@dataclass(frozen=True)
+class JoinInput:
+    """One source of an equi-join: its FROM alias, declared table and the columns the view reads.
+
+    In the joined relation its columns are spelled ``<alias>__<column>`` (:meth:`flat`), so
+    the passes see one source with unique column names.
+    """
+
+    alias: str
+    table: str
+    columns: tuple[str, ...]
+
+    def flat(self, column: str) -> str:
+        """The joined relation's name for ``column`` of this input."""
+        return f"{self.alias}__{column}"
+
+    @property
+    def flat_columns(self) -> tuple[str, ...]:
+        return tuple(self.flat(c) for c in self.columns)
+
+
+@dataclass(frozen=True)
+class EquiJoin:
+    """An inner equi-join of several sources: ``pairs`` of joined-relation columns must be equal.
+
+    Every input is connected to the others through ``pairs`` (no cross products), and each
+    declared table appears once (no self-joins).
+    """
+
+    inputs: tuple[JoinInput, ...]
+    pairs: tuple[tuple[str, str], ...]
+
+    def input_of(self, flat: str) -> JoinInput:
+        """The input a joined-relation column comes from."""
+        return next(i for i in self.inputs if flat in i.flat_columns)
+
+    def for_table(self, table: str) -> JoinInput | None:
+        """The input reading declared table ``table`` (None: the join does not read it)."""
+        return next((i for i in self.inputs if i.table.lower() == table.lower()), None)
+
+    def keys_of(self, alias: str) -> tuple[str, ...]:
+        """The joined-relation columns of input ``alias`` that take part in an equality."""
+        inp = next(i for i in self.inputs if i.alias == alias)
+        out: list[str] = []
+        for pair in self.pairs:
+            out += [c for c in pair if c in inp.flat_columns and c not in out]
+        return tuple(out)
+
+    def __str__(self) -> str:
+        tables = " ⋈ ".join(f"{i.table} AS {i.alias}" for i in self.inputs)
+        return f"{tables} ON {' AND '.join(f'{a} = {b}' for a, b in self.pairs)}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from incr.algebra.monoids import Count, Monoid
-from incr.compiler.ir import Named, Rel, SortKey
+from incr.compiler.ir import EquiJoin, Named, Rel, SortKey
 from incr.compiler.program import Column
 from incr.compiler.scalar import Scalar
 
@@ -61,6 +61,13 @@ class StateTable:
     values: tuple[StateValue, ...]
     value_key: Named | None = None
     vanishes: bool = True  # rows whose count reaches 0 are deleted (not the global row)
+    side_of: str | None = None  # join input alias whose rows this table keeps (a side table)
+    bucket_keys: tuple[str, ...] | None = None  # columns hashed into _bucket (default: keys)
+
+    @property
+    def bucket_columns(self) -> tuple[str, ...]:
+        """Columns whose hash is the partition bucket."""
+        return self.bucket_keys if self.bucket_keys is not None else tuple(k.name for k in self.keys)
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -81,7 +88,11 @@ class StateTable:
 
 @dataclass(frozen=True)
 class HQuery:
-    """h for one state table: fold a batch of ``source`` rows that pass ``where`` by θ."""
+    """h for one state table: fold a batch of ``source`` rows that pass ``where`` by θ.
+
+    For a join view, the main tables' source is the joined delta (``joined``) and each side
+    table's source is its declared table.
+    """
 
     table: StateTable
     source: str
@@ -160,6 +171,8 @@ class IncrementalPlan:
     view: str
     select: str
     source: str
+    sources: tuple[str, ...]
+    join: EquiJoin | None
     source_columns: tuple[Column, ...]
     append_only: bool
     logical: Rel
@@ -177,6 +190,23 @@ class IncrementalPlan:
     def ordered(self) -> bool:
         """True when the answer has an ORDER BY (row order is then part of the answer)."""
         return bool(self.answer.order)
+
+    @property
+    def main_tables(self) -> tuple[StateTable, ...]:
+        """The tables a and the view's progress read: the aggregate state and its bags."""
+        return tuple(t for t in self.tables if t.side_of is None)
+
+    def side_tables(self, source: str) -> tuple[StateTable, ...]:
+        """Side tables mirroring declared table ``source`` (empty for single-source views)."""
+        inp = self.join.for_table(source) if self.join else None
+        return tuple(t for t in self.tables if inp is not None and t.side_of == inp.alias)
+
+    def join_delta_sql(self, source: str, batch_view: str, side_views: dict[str, str]) -> str:
+        """Spark SQL for Δ(joined) when a batch of ``source`` lands (see sqlgen.render_join_delta)."""
+        from incr.compiler.sqlgen import render_join_delta
+
+        assert self.join is not None
+        return render_join_delta(self.join, self.join.for_table(source), batch_view, side_views)
 
     def table(self, name: str) -> StateTable:
         """The state table called ``name``."""
@@ -203,10 +233,12 @@ class IncrementalPlan:
         """Hash of what the state's contents depend on: source schema, θ, h, monoids."""
         parts = {
             "source": [self.source, [(c.name, str(c.type)) for c in self.source_columns]],
+            "join": str(self.join),
             "append_only": self.append_only,
             "buckets": self.buckets,
             "tables": [
-                [t.name, [str(k) for k in t.keys], str(t.value_key), t.vanishes,
+                [t.name, [str(k) for k in t.keys], str(t.value_key), t.vanishes, t.side_of,
+                 t.bucket_keys,
                  [[v.columns, v.monoid.name, str(v.arg)] for v in t.values]]
                 for t in self.tables
             ],

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from incr.compiler.ir import SortKey
+from incr.compiler.ir import EquiJoin, JoinInput, SortKey
 from incr.compiler.plan import (BUCKET, ROW_COUNT, Answer, DiffusionSpec, HQuery, MergeSpec,
                                 StateTable)
 from incr.compiler.scalar import Scalar
@@ -59,7 +59,7 @@ def render_h(hq: HQuery, batch_view: str) -> str:
         inner.append("1 AS `_one`")
     where = f" WHERE {hq.where.render(SPARK)}" if hq.where is not None else ""
     key_cols = table.key_columns
-    outer = [f"{bucket_expression(tuple(k.name for k in table.keys), hq.buckets)} AS {q(BUCKET)}"]
+    outer = [f"{bucket_expression(table.bucket_columns, hq.buckets)} AS {q(BUCKET)}"]
     outer += [q(c) for c in key_cols]
     for v in table.values:
         arg = q(args[v.arg.sql]) if v.arg is not None else None
@@ -70,6 +70,44 @@ def render_h(hq: HQuery, batch_view: str) -> str:
         sql += f"\nWHERE {q(table.value_key.name)} IS NOT NULL"
     if key_cols:
         sql += f"\nGROUP BY {', '.join(q(c) for c in key_cols)}"
+    return sql
+
+
+def render_join_delta(join: EquiJoin, changed: JoinInput, batch_view: str,
+                      side_views: dict[str, str]) -> str:
+    """Δ of an inner equi-join when a batch of one input lands: ΔX ⋈ (the other inputs' state).
+
+    Each other input is read from its side table (its live rows as (row, count) pairs), so a
+    new row meets the rows that arrived on the other sides in earlier batches; the product of
+    their counts is the multiplicity of each joined row, restored by ``explode``.  Inputs are
+    joined in an order that keeps every step connected by an equality (no cross products).
+    """
+    cols = ", ".join(f"{q(c)} AS {q(changed.flat(c))}" for c in changed.columns) or "1 AS `_one`"
+    sql = f"FROM (SELECT {cols} FROM {batch_view}) AS {q(changed.alias)}"
+    joined = {changed.alias}
+    weights: list[str] = []
+    pending = [i for i in join.inputs if i.alias != changed.alias]
+    while pending:
+        for inp in pending:
+            conds = [(a, b) for a, b in join.pairs
+                     if {join.input_of(a).alias, join.input_of(b).alias} & {inp.alias}
+                     and {join.input_of(a).alias, join.input_of(b).alias} - {inp.alias} <= joined]
+            if conds:
+                break
+        else:  # pragma: no cover - translate checks the join is connected
+            raise AssertionError("join graph is not connected")
+        on = " AND ".join(f"{q(join.input_of(a).alias)}.{q(a)} = {q(join.input_of(b).alias)}.{q(b)}"
+                          for a, b in conds)
+        sql += (f"\nJOIN (SELECT * FROM {side_views[inp.alias]} WHERE {q(ROW_COUNT)} > 0) AS "
+                f"{q(inp.alias)} ON {on}")
+        weights.append(f"{q(inp.alias)}.{q(ROW_COUNT)}")
+        joined.add(inp.alias)
+        pending.remove(inp)
+    select = ", ".join(f"{q(i.alias)}.{q(c)}" for i in join.inputs for c in i.flat_columns)
+    sql = f"SELECT {select}\n{sql}"
+    if weights:
+        sql += (f"\nLATERAL VIEW explode(sequence(CAST(1 AS BIGINT), {' * '.join(weights)})) "
+                f"AS `_copy`")
     return sql
 
 

@@ -27,9 +27,10 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError as SqlglotParseError
 
-from incr.compiler.ir import (AggCall, Aggregate, Filter, Limit, Named, NamedAgg, Project, Rel,
-                              Sort, SortKey, Source)
-from incr.compiler.program import Program, TableDecl, ViewDecl, location_of, shift_lines
+from incr.compiler.ir import (AggCall, Aggregate, EquiJoin, Filter, JoinInput, Limit, Named,
+                              NamedAgg, Project, Rel, Sort, SortKey, Source)
+from incr.compiler.program import (Column, Program, TableDecl, ViewDecl, location_of,
+                                   shift_lines)
 from incr.compiler.scalar import CANONICAL_DIALECT, Scalar
 from incr.errors import CompileError, Location, NotIncrementalizableError, ParseError
 
@@ -55,6 +56,7 @@ class Translation:
     rel: Rel
     source: TableDecl
     aggregated: bool
+    join: EquiJoin | None = None
 
 
 def translate(view: ViewDecl, program: Program) -> Translation:
@@ -84,18 +86,23 @@ class _Translator:
     def run(self) -> Translation:
         tree = self._parse()
         self._check_shape(tree)
-        source = self._source(tree)
-        self.table = source
-        self.alias = tree.args["from_"].this.alias_or_name
+        self.inputs = self._inputs(tree)
         self._check_nodes(tree)
-        self._resolve_columns(tree)
+        join = None
+        if len(self.inputs) == 1:
+            self.alias, source = self.inputs[0]
+            self.table = source
+            self._resolve_columns(tree)
+        else:
+            join, source = self._join(tree)
+            self.table = source
         aggregated = bool(tree.args.get("group")) or any(
             _contains_aggregate(e) for e in tree.expressions) or tree.args.get("having") is not None
         if aggregated:
             rel = self._aggregate_query(tree, source)
         else:
             rel = self._plain_query(tree, source)
-        return Translation(rel=rel, source=source, aggregated=aggregated)
+        return Translation(rel=rel, source=source, aggregated=aggregated, join=join)
 
     def _parse(self) -> exp.Select:
         try:
@@ -119,9 +126,6 @@ class _Translator:
         if tree.args.get("with_"):
             raise self._refuse("WITH (common table expressions)", "only a single SELECT over one "
                                "source is maintained; inline the CTE", tree.args["with_"])
-        if tree.args.get("joins"):
-            raise self._refuse("JOIN", "this release maintains single-source views; joins "
-                               "are planned (state per join key)", tree.args["joins"][0])
         if tree.args.get("distinct"):
             raise self._refuse("SELECT DISTINCT", "use GROUP BY over the selected columns "
                                "instead", tree.args["distinct"])
@@ -171,8 +175,7 @@ class _Translator:
             if isinstance(node, exp.AggFunc):
                 self._agg_call(node, resolved=False)  # raises for unsupported aggregates
 
-    def _source(self, tree: exp.Select) -> TableDecl:
-        table_node = tree.args["from_"].this
+    def _declared(self, table_node: exp.Table) -> TableDecl:
         if table_node.args.get("db") or table_node.args.get("catalog"):
             raise self._error(f"qualified table names are not supported: {table_node.sql()}",
                               table_node)
@@ -182,6 +185,132 @@ class _Translator:
             raise self._error(f"unknown table {table_node.name}; declared tables: {declared}",
                               table_node)
         return table
+
+    def _inputs(self, tree: exp.Select) -> list[tuple[str, TableDecl]]:
+        """(alias, table) of every source in FROM and JOIN, refusing joins incr cannot keep."""
+        first = tree.args["from_"].this
+        inputs = [(first.alias_or_name, self._declared(first))]
+        nodes: list[exp.Expression] = [first]
+        for j in tree.args.get("joins") or []:
+            side, kind = (j.args.get("side") or "").upper(), (j.args.get("kind") or "").upper()
+            if not isinstance(j.this, exp.Table):
+                raise self._refuse("subquery in JOIN", "nested queries are not incrementalized "
+                                   "yet; join declared sources directly", j.this)
+            if side:
+                raise self._refuse(f"{side} OUTER JOIN", "only inner equi-joins are maintained "
+                                   "in this release; outer joins are planned", j)
+            if kind == "CROSS" or (j.args.get("on") is None and not j.args.get("using")):
+                raise self._refuse("cross join (a join without ON)", "its state would grow "
+                                   "with the product of the inputs; join on equal keys", j)
+            if j.args.get("using"):
+                raise self._refuse("JOIN ... USING", "write the condition as ON a.k = b.k", j)
+            if kind not in ("", "INNER"):
+                raise self._refuse(f"{kind} JOIN", "only inner equi-joins are maintained", j)
+            for key in ("pivots", "sample"):
+                if j.this.args.get(key):
+                    raise self._refuse(key.upper(), "it has no incremental form here", j.this)
+            inputs.append((j.this.alias_or_name, self._declared(j.this)))
+            nodes.append(j)
+        seen_alias: set[str] = set()
+        seen_table: dict[str, str] = {}
+        for (alias, table), node in zip(inputs, nodes):
+            if alias.lower() in seen_alias:
+                raise self._error(f"alias {alias} is used twice in FROM", node)
+            seen_alias.add(alias.lower())
+            if table.name.lower() in seen_table:
+                raise self._refuse(f"JOIN of {table.name} with itself (self-join)", "a source "
+                                   "joined with itself is not maintained yet", node)
+            seen_table[table.name.lower()] = alias
+        return inputs
+
+    def _join(self, tree: exp.Select) -> tuple[EquiJoin, TableDecl]:
+        """Resolves columns over several inputs and splits ON into equalities and filters.
+
+        Every column becomes ``<alias>__<column>``; cross-input equalities in ON become the
+        join's key pairs, every other ON conjunct joins WHERE (the same thing for an inner
+        join).  The result is one virtual source holding the columns the view reads.
+        """
+        if any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+               for e in tree.expressions):
+            raise self._error("SELECT * over a join is not supported; list the columns",
+                              tree.expressions[0])
+        for e in list(tree.expressions):  # keep DuckDB's output names for bare columns
+            if isinstance(e, exp.Column):
+                e.replace(exp.alias_(e.copy(), e.name))
+        aliases = {e.alias for e in tree.expressions if isinstance(e, exp.Alias)}
+        by_alias = {alias.lower(): table for alias, table in self.inputs}
+        by_table = {table.name.lower(): alias for alias, table in self.inputs}
+        flat_of: dict[str, tuple[str, str]] = {}  # flat name -> (alias, declared column)
+        for col in list(tree.find_all(exp.Column)):
+            qualifier = col.table.lower() if col.table else None
+            if qualifier is not None:
+                alias = qualifier if qualifier in by_alias else by_table.get(qualifier)
+                if alias is None:
+                    raise self._error(f"unknown table or alias {col.table} in {col.sql()}", col)
+                alias = next(a for a, _ in self.inputs if a.lower() == alias.lower())
+                candidates = [(alias, by_alias[alias.lower()])]
+            else:
+                candidates = [(a, t) for a, t in self.inputs if t.column(col.name) is not None]
+                if not candidates and col.name in aliases:
+                    continue
+                if len(candidates) > 1:
+                    raise self._error(f"column {col.name} is ambiguous: it is in "
+                                      f"{', '.join(a for a, _ in candidates)}; qualify it", col)
+            alias, table = candidates[0] if candidates else (None, None)
+            declared = table.column(col.name) if table is not None else None
+            if declared is None:
+                where = f"table {table.name}" if table is not None else "any joined table"
+                raise self._error(f"unknown column {col.name} in {where}", col)
+            flat = f"{alias.lower()}__{declared.name}"
+            flat_of[flat] = (alias, declared.name)
+            resolved = exp.column(flat)
+            resolved.this.meta.update(col.this.meta)
+            col.replace(resolved)
+
+        pairs: list[tuple[str, str]] = []
+        filters: list[exp.Expression] = []
+        for j in tree.args.get("joins") or []:
+            for conjunct in _conjuncts(j.args["on"]):
+                if _contains_aggregate(conjunct):
+                    raise self._error("aggregates are not allowed in ON", conjunct)
+                if (isinstance(conjunct, exp.EQ) and isinstance(conjunct.this, exp.Column)
+                        and isinstance(conjunct.expression, exp.Column)
+                        and flat_of[conjunct.this.name][0] != flat_of[conjunct.expression.name][0]):
+                    pairs.append((conjunct.this.name, conjunct.expression.name))
+                else:
+                    filters.append(conjunct.copy())
+            j.set("on", None)
+        inputs = tuple(JoinInput(alias.lower(), table.name, tuple(
+            c.name for c in table.columns if f"{alias.lower()}__{c.name}" in flat_of))
+            for alias, table in self.inputs)
+        self._check_connected(inputs, pairs, tree)
+        if filters:
+            tree.where(exp.and_(*filters), copy=False)
+        columns = tuple(Column(flat, self.program.table(table).column(col).type,
+                               self.program.table(table).column(col).not_null)
+                        for inp in inputs for col in inp.columns
+                        for flat, table in [(inp.flat(col), inp.table)])
+        source = TableDecl(name="joined", columns=columns, location=self.where,
+                           append_only=all(t.append_only for _, t in self.inputs))
+        return EquiJoin(inputs, tuple(pairs)), source
+
+    def _check_connected(self, inputs: tuple[JoinInput, ...], pairs: list[tuple[str, str]],
+                         tree: exp.Select) -> None:
+        reached = {inputs[0].alias}
+        changed = True
+        while changed:
+            changed = False
+            for a, b in pairs:
+                sides = {next(i.alias for i in inputs if c in i.flat_columns) for c in (a, b)}
+                if sides & reached and not sides <= reached:
+                    reached |= sides
+                    changed = True
+        missing = [i for i in inputs if i.alias not in reached]
+        if missing:
+            raise self._refuse(f"join of {missing[0].table} without an equality to the other "
+                               f"tables (non-equi join)", "only equi-joins (ON a.k = b.k) are "
+                               "maintained: any other condition would need every pair of rows",
+                               tree.args["joins"][0])
 
     # -- names ---------------------------------------------------------------------------
     def _resolve_columns(self, tree: exp.Select) -> None:
@@ -449,6 +578,14 @@ def _func_name(node: exp.Expression) -> str:
     if isinstance(node, exp.Func):
         return node.sql_name().lower()
     return node.key.lower()
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The AND-ed parts of a condition."""
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
 
 
 def _contains_aggregate(node: exp.Expression) -> bool:

@@ -26,7 +26,7 @@ from incr.runtime import faults
 from incr.runtime.landing import DELETE
 from incr.runtime.session import read_delta
 from incr.runtime.store import DeltaStore
-from incr.runtime.types import nullable
+from incr.runtime.types import arrow_schema, nullable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,8 +65,13 @@ class ViewRuntime:
         return self.state_root / table
 
     def state_through(self) -> int:
-        """The last batch every state table has applied (-1: none)."""
-        return min(self.store.applied_through(self.table_path(t.name)) for t in self.plan.tables)
+        """The last batch every main state table has applied (-1: none).
+
+        Side tables of a join view only see their own input's batches, and a batch's side
+        update commits before its answer, so the answer covers them.
+        """
+        return min(self.store.applied_through(self.table_path(t.name))
+                   for t in self.plan.main_tables)
 
     def answer_through(self) -> int:
         """The batch the answer table reflects (-1: none, or written by another answer query)."""
@@ -79,21 +84,30 @@ class ViewRuntime:
         return min(self.state_through(), self.answer_through())
 
     # -- one batch ---------------------------------------------------------------------------
-    def apply(self, batch: int, kind: str, df: DataFrame, batch_view: str) -> ViewMetrics:
-        """Folds a batch (registered as temp view ``batch_view``) into state, then publishes a."""
+    def apply(self, batch: int, kind: str, source: str, batch_view: str) -> ViewMetrics:
+        """Folds a batch of ``source`` (temp view ``batch_view``) into state, then publishes a.
+
+        For a join view, h reads Δjoined: the batch joined with the other inputs' side tables;
+        the batch's own side table is updated after the main tables, so Δjoined never meets
+        its own rows, and a re-run after a crash computes the same Δjoined.
+        """
         metrics = ViewMetrics(self.plan.view, batch)
         specs = self.plan.diminish if kind == DELETE else self.plan.merge
         if kind == DELETE and len(specs) != len(self.plan.tables):
             raise StorageError(f"view {self.plan.view}: {self.plan.source} is append-only, yet a "
                                f"delete batch reached it")
         by_table = {s.table: s for s in specs}
-        for table in self.plan.tables:
+        pending = [t for t in (*self.plan.main_tables, *self.plan.side_tables(source))
+                   if self.store.applied_through(self.table_path(t.name)) < batch]
+        joined = None
+        if self.plan.join is not None and any(t.side_of is None for t in pending):
+            joined = self._join_delta(source, batch_view)
+        for table in pending:
             path = self.table_path(table.name)
-            if self.store.applied_through(path) >= batch:
-                continue
+            feed = batch_view if table.side_of is not None or joined is None else joined
             faults.crash_point("view.before_merge", batch)
             t0 = time.perf_counter()
-            delta = self.spark.sql(self.plan.h_sql(table.name, batch_view)).toArrow()
+            delta = self.spark.sql(self.plan.h_sql(table.name, feed)).toArrow()
             t1 = time.perf_counter()
             touched = self._merge(table, by_table[table.name], delta, batch, kind)
             t2 = time.perf_counter()
@@ -103,12 +117,42 @@ class ViewRuntime:
             metrics.tables[table.name] = {"h_rows": delta.num_rows, "h_s": t1 - t0,
                                           "merge_s": t2 - t1}
             faults.crash_point("view.after_merge", batch)
+        if joined is not None:
+            self.spark.catalog.dropTempView(joined)
+            self._joined_df.unpersist()
         faults.crash_point("view.after_state", batch)
         t3 = time.perf_counter()
         metrics.answer_rows = self.publish(batch)
         metrics.answer_s = time.perf_counter() - t3
         faults.crash_point("view.after_answer", batch)
         return metrics
+
+    def _register_state(self, table: StateTable) -> str:
+        name = f"incr_state_{self.plan.view}_{table.name}"
+        read_delta(self.spark, self.store, str(self.table_path(table.name))).createOrReplaceTempView(name)
+        return name
+
+    def _join_delta(self, source: str, batch_view: str) -> str:
+        """Registers Δjoined for a batch of ``source`` (cached: every main table's h reads it)."""
+        assert self.plan.join is not None
+        sides = {}
+        for inp in self.plan.join.inputs:
+            if inp.table.lower() == source.lower():
+                continue
+            table = self.plan.table(f"side_{inp.alias}")
+            if self.store.exists(self.table_path(table.name)):
+                sides[inp.alias] = self._register_state(table)
+            else:  # that input has had no batch yet: the join is empty
+                return self._as_view(self.spark.createDataFrame(
+                    arrow_schema(self.plan.source_columns).empty_table()))
+        return self._as_view(self.spark.sql(self.plan.join_delta_sql(source, batch_view, sides))
+                             .cache())
+
+    def _as_view(self, df: DataFrame) -> str:
+        name = f"incr_joined_{self.plan.view}"
+        self._joined_df = df
+        df.createOrReplaceTempView(name)
+        return name
 
     def _merge(self, table: StateTable, spec: MergeSpec, delta: pa.Table, batch: int,
                kind: str) -> int:
@@ -146,11 +190,7 @@ class ViewRuntime:
     # -- the answer --------------------------------------------------------------------------
     def compute_answer(self) -> pa.Table:
         """a(state) from the current state tables."""
-        views = {}
-        for table in self.plan.tables:
-            name = f"incr_state_{self.plan.view}_{table.name}"
-            read_delta(self.spark, self.store, str(self.table_path(table.name))).createOrReplaceTempView(name)
-            views[table.name] = name
+        views = {t.name: self._register_state(t) for t in self.plan.main_tables}
         return self.spark.sql(self.plan.answer_sql(views)).toArrow()
 
     def publish(self, batch: int) -> int:

@@ -108,7 +108,7 @@ class Pipeline:
         self.store = store or DeltaStore()
         self.meta = self.warehouse / "_incr" / compiled.name
         self.ledger = Ledger(self.store, self.meta / "ledger")
-        names = {p.source.lower() for p in compiled.plans}
+        names = {s.lower() for p in compiled.plans for s in p.sources}
         self.tables: dict[str, TableDecl] = {t.name: t for t in compiled.program.tables
                                              if t.name.lower() in names}
         self.indexes = {name: RowIndex(self.store, self.meta / "rows" / name, t)
@@ -162,7 +162,8 @@ class Pipeline:
             return 0
 
     def _consumers(self, batch: Batch) -> list[ViewRuntime]:
-        return [v for v in self.views.values() if v.plan.source.lower() == batch.table.lower()]
+        return [v for v in self.views.values()
+                if batch.table.lower() in {s.lower() for s in v.plan.sources}]
 
     def _progress(self) -> _Progress:
         return _Progress({n: v.through() for n, v in self.views.items()},
@@ -174,8 +175,7 @@ class Pipeline:
         out = []
         for v in self.views.values():
             done = v.through()
-            pending = sum(1 for b in batches if b.table.lower() == v.plan.source.lower()
-                          and b.seq > done)
+            pending = sum(1 for b in batches if v in self._consumers(b) and b.seq > done)
             out.append(ViewStatus(v.plan.view, v.state_through(), v.answer_through(), pending))
         return out
 
@@ -249,7 +249,7 @@ class Pipeline:
             for batch in self.ledger.batches():
                 if batch.seq > through:
                     break
-                if batch.table.lower() != runtime.plan.source.lower() or \
+                if runtime not in self._consumers(batch) or \
                         progress.views[runtime.plan.view] >= batch.seq:
                     continue
                 if not progress.index_done(batch):
@@ -332,7 +332,7 @@ class Pipeline:
         loaded.df.createOrReplaceTempView(name)
         out = []
         for v in views:
-            out.append(v.apply(batch.seq, batch.kind, loaded.df, name))
+            out.append(v.apply(batch.seq, batch.kind, batch.table, name))
         return out
 
     def _check_answer_ownership(self) -> None:

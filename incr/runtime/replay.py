@@ -75,7 +75,7 @@ def recompute(spark: SparkSession, compiled: CompiledProgram, landing: Path,
               batches: list) -> dict[str, pa.Table]:
     """Every view recomputed by Spark from all rows live after ``batches``."""
     dialect = compiled.program.options.dialect
-    for source in {p.source for p in compiled.plans}:
+    for source in {s for p in compiled.plans for s in p.sources}:
         live_dataframe(spark, compiled, landing, source, batches).createOrReplaceTempView(source)
     out = {}
     for plan in compiled.plans:
@@ -117,7 +117,7 @@ def replay(compiled: CompiledProgram, landing: Path, warehouse: Path, spark: Spa
 
 def _check(compiled: CompiledProgram, landing: Path, warehouse: Path, spark: SparkSession,
            batches: list, recomputed: dict[str, pa.Table]) -> list[str]:
-    sources = {p.source for p in compiled.plans}
+    sources = {s for p in compiled.plans for s in p.sources}
     live = {s: live_dataframe(spark, compiled, landing, s, batches).toArrow() for s in sources}
     problems = []
     for plan in compiled.plans:

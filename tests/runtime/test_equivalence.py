@@ -159,3 +159,97 @@ def test_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, seed, p
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
         check_all(compiled, warehouse, live, f"after batch {seq} ({op}, {fmt})")
+
+
+# -- joins: several streaming sources, inserts and deletes on each -------------------------------
+
+JOIN_TABLES = """CREATE TABLE a (k BIGINT, g VARCHAR, x DOUBLE);
+CREATE TABLE b (k BIGINT, v BIGINT, h VARCHAR);
+CREATE TABLE c (h VARCHAR, w BIGINT);"""
+JOIN_SCHEMAS = {
+    "a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64())]),
+    "b": pa.schema([("k", pa.int64()), ("v", pa.int64()), ("h", pa.string())]),
+    "c": pa.schema([("h", pa.string()), ("w", pa.int64())]),
+}
+JOIN_FROMS = [
+    ("FROM a JOIN b ON a.k = b.k", ("a", "b")),
+    ("FROM a AS l INNER JOIN b AS r ON l.k = r.k AND r.v > 2", ("a", "b")),
+    ("FROM b JOIN a ON a.k = b.k JOIN c ON b.h = c.h", ("a", "b", "c")),
+]
+JOIN_KEYS = ["g", "h", "k % 2"]
+JOIN_AGGS = ["COUNT(*)", "SUM(v)", "SUM(x * v)", "AVG(x)", "MIN(v)", "MAX(x)",
+             "COUNT(DISTINCT v)", "STDDEV_SAMP(v)"]
+JOIN_WHERES = ["x > 1", "g <> 'q'", "v % 2 = 0"]
+
+
+@st.composite
+def join_programs(draw) -> str:
+    from_, tables = draw(st.sampled_from(JOIN_FROMS))
+    keys = [k for k in draw(st.lists(st.sampled_from(JOIN_KEYS), max_size=2, unique=True))
+            if k != "h" or "c" not in tables]  # h is ambiguous in the three-way join
+    aggs = [a for a in draw(st.lists(st.sampled_from(JOIN_AGGS), min_size=1, max_size=3,
+                                     unique=True))]
+    if "c" in tables:
+        aggs.append("SUM(w)")
+    qualify = {"g": "g", "k % 2": "b.k % 2" if "AS l" not in from_ else "r.k % 2", "h": "h"}
+    items = [f"{qualify[k]} AS g{i}" for i, k in enumerate(keys)]
+    items += [f"{a} AS a{i}" for i, a in enumerate(aggs)]
+    sql = f"SELECT {', '.join(items)} {from_}"
+    if draw(st.booleans()):
+        sql += f" WHERE {draw(st.sampled_from(JOIN_WHERES))}"
+    if keys:
+        sql += " GROUP BY " + ", ".join(qualify[k] for k in keys)
+    views = [f"CREATE VIEW j0 AS {sql};"]
+    if draw(st.booleans()):
+        plain_from = "FROM a JOIN b ON a.k = b.k"
+        views.append(f"CREATE VIEW j1 AS SELECT g, v, x {plain_from} WHERE v > 0;")
+    return "-- incr: buckets = 2\n" + JOIN_TABLES + "\n" + "\n".join(views) + "\n"
+
+
+def random_join_row(rng: random.Random, table: str) -> dict:
+    def maybe(value):
+        return None if rng.random() < 0.1 else value
+
+    if table == "a":
+        return {"k": maybe(rng.randint(0, 4)), "g": maybe(rng.choice("pqr")),
+                "x": maybe(rng.randint(-4, 12) / 4)}
+    if table == "b":
+        return {"k": maybe(rng.randint(0, 4)), "v": maybe(rng.randint(-3, 9)),
+                "h": maybe(rng.choice(["m", "n"]))}
+    return {"h": maybe(rng.choice(["m", "n", "o"])), "w": maybe(rng.randint(0, 5))}
+
+
+@settings(max_examples=max(EXAMPLES // 2, 3), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(text=join_programs(), steps=st.lists(
+    st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["insert", "insert", "delete"])),
+    min_size=3, max_size=7), data=st.data())
+def test_join_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, text, steps, data):
+    compiled = compile_text(text, path="joins.sql", name="joins")
+    root = tmp_path_factory.mktemp("join")
+    landing, warehouse = root / "landing", root / "warehouse"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="rows seed"))
+    live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
+    read = {s for plan in compiled.plans for s in plan.sources}
+    for seq, (table, op) in enumerate(s for s in steps if s[0] in read):
+        folder = landing / table / ("_deletes" if op == "delete" and live[table] else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        if op == "delete" and live[table]:
+            gone = set(rng.sample(range(len(live[table])), k=rng.randint(1, len(live[table]))))
+            rows = [live[table][i] for i in sorted(gone)]
+            live[table] = [r for i, r in enumerate(live[table]) if i not in gone]
+        else:
+            rows = [random_join_row(rng, table) for _ in range(rng.randint(0, 8))]
+            live[table] += rows
+            op = "insert"
+        pacsv.write_csv(pa.Table.from_pylist(rows, schema=JOIN_SCHEMAS[table]),
+                        folder / f"{seq:04d}.csv")
+        event(f"{op} batch on {table}")
+        report = pipeline.run()
+        assert report.rejected is None, str(report.rejected)
+        sources = {t: pa.Table.from_pylist(r, schema=JOIN_SCHEMAS[t]) for t, r in live.items()}
+        for plan in compiled.plans:
+            answer, _ = read_answer(warehouse, plan)
+            diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
+            assert diff is None, f"after batch {seq} ({op} on {table}), view {plan.view}:\n{plan.select}\n{diff}"

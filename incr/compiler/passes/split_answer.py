@@ -5,7 +5,11 @@ monoid elements monoid inference chose: it folds a batch into state rows keyed b
 ``h(S ⊎ ΔS) = h(S) ⊗ h(ΔS)`` holds by construction.  It is laid out as state tables:
 
 * ``main``: θ, the row count ``_n`` and every main-table element;
-* ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``.
+* ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``;
+* ``side_<alias>``: for a join view, one per input: the input's live rows (the columns the
+  view reads) with their counts, bucketed by its join key.  A batch on one input is joined
+  with the other inputs' side tables (seed §8.1 leaves this case out: both inputs streaming),
+  then folded by h like a batch of a single source.
 
 a is everything above the Aggregate (HAVING, the SELECT expressions, ORDER BY, LIMIT,
 Explode) rewritten to read the state: group keys become ``m.<θ column>`` and each aggregate
@@ -59,10 +63,17 @@ def split_answer(c: Compilation) -> Compilation:
             BagAggregate(f"{f}_value", f) for f in bag_funcs[arg.sql])))
 
     buckets = c.program.options.buckets if grouped else 1
-    h = tuple(HQuery(t, c.source.name, where, buckets) for t in tables)
+    h = [HQuery(t, c.source.name, where, buckets) for t in tables]
+    for inp in c.join.inputs if c.join else ():
+        side = StateTable(f"side_{inp.alias}", tuple(Named(inp.flat(col), Scalar.column(col))
+                                                     for col in inp.columns),
+                          (ROW_COUNT_VALUE,), vanishes=True, side_of=inp.alias,
+                          bucket_keys=c.join.keys_of(inp.alias))
+        tables.append(side)
+        h.append(HQuery(side, inp.table, None, c.program.options.buckets))
     answer = _answer(c.rel, c.aggregates, dict(c.key_columns), grouped, tuple(bags),
                      tuple(k.name for k in c.lineage))
-    return replace(c, tables=tuple(tables), h=h, answer=answer)
+    return replace(c, tables=tuple(tables), h=tuple(h), answer=answer)
 
 
 def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, str],
