@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test soak demo explain clean
+.PHONY: install test soak tpch demo explain clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 is required for Spark (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -24,7 +24,10 @@ test: install
 	$(BIN)/pytest -m "not slow"
 
 soak: install
-	INCR_EQUIV_EXAMPLES=150 $(BIN)/pytest -m "slow or not slow" tests/runtime/test_equivalence.py
+	INCR_EQUIV_EXAMPLES=150 $(BIN)/pytest tests/runtime/test_equivalence.py
+
+tpch: install
+	$(BIN)/pytest -m slow tests/runtime/test_tpch.py
 
 demo: install
 	$(BIN)/incr demo --out demo-out

@@ -3,7 +3,8 @@
 The runtime executes exactly these strings, and ``incr explain`` prints them, so what a
 user reads is what runs.
 
-Spark differences handled here: division is ``try_divide`` (NULL on a zero divisor, where
+Spark differences handled here: division is ``try_divide`` over DOUBLEs (DuckDB's ``/``
+is floating-point division even for integers and decimals; NULL on a zero divisor, where
 Spark's ANSI mode would fail the batch), identifiers are back-quoted, and NULL ordering is
 always spelled out.
 """
@@ -24,8 +25,9 @@ def render_expression(tree: exp.Expression, dialect: str) -> str:
     """SQL text of a scalar expression in ``dialect``."""
     if dialect == SPARK:
         def safe_div(node: exp.Expression) -> exp.Expression:
-            if isinstance(node, exp.Div):
-                return exp.Anonymous(this="try_divide", expressions=[node.this, node.expression])
+            if isinstance(node, exp.Div):  # DuckDB's `/` is floating-point division
+                return exp.Anonymous(this="try_divide", expressions=[
+                    exp.cast(node.this, "DOUBLE"), exp.cast(node.expression, "DOUBLE")])
             return node
 
         tree = tree.transform(safe_div)

@@ -98,6 +98,8 @@ class _Translator:
             self.table = source
         aggregated = bool(tree.args.get("group")) or any(
             _contains_aggregate(e) for e in tree.expressions) or tree.args.get("having") is not None
+        if tree.args.get("distinct") is not None:
+            aggregated = self._distinct_as_group_by(tree, aggregated)
         if aggregated:
             rel = self._aggregate_query(tree, source)
         else:
@@ -126,9 +128,10 @@ class _Translator:
         if tree.args.get("with_"):
             raise self._refuse("WITH (common table expressions)", "only a single SELECT over one "
                                "source is maintained; inline the CTE", tree.args["with_"])
-        if tree.args.get("distinct"):
-            raise self._refuse("SELECT DISTINCT", "use GROUP BY over the selected columns "
-                               "instead", tree.args["distinct"])
+        distinct = tree.args.get("distinct")
+        if distinct is not None and distinct.args.get("on"):
+            raise self._refuse("SELECT DISTINCT ON", "it keeps an arbitrary row per key; use "
+                               "GROUP BY with MIN/MAX instead", distinct)
         for key in ("qualify", "windows", "laterals", "pivots", "connect", "prewhere", "sample"):
             if tree.args.get(key):
                 raise self._refuse(key.upper(), "it has no incremental form here", tree.args[key])
@@ -199,12 +202,9 @@ class _Translator:
             if side:
                 raise self._refuse(f"{side} OUTER JOIN", "only inner equi-joins are maintained "
                                    "in this release; outer joins are planned", j)
-            if kind == "CROSS" or (j.args.get("on") is None and not j.args.get("using")):
-                raise self._refuse("cross join (a join without ON)", "its state would grow "
-                                   "with the product of the inputs; join on equal keys", j)
             if j.args.get("using"):
                 raise self._refuse("JOIN ... USING", "write the condition as ON a.k = b.k", j)
-            if kind not in ("", "INNER"):
+            if kind not in ("", "INNER", "CROSS"):
                 raise self._refuse(f"{kind} JOIN", "only inner equi-joins are maintained", j)
             for key in ("pivots", "sample"):
                 if j.this.args.get(key):
@@ -269,17 +269,32 @@ class _Translator:
 
         pairs: list[tuple[str, str]] = []
         filters: list[exp.Expression] = []
+
+        def equality(conjunct: exp.Expression) -> tuple[str, str] | None:
+            if (isinstance(conjunct, exp.EQ) and isinstance(conjunct.this, exp.Column)
+                    and isinstance(conjunct.expression, exp.Column)
+                    and conjunct.this.name in flat_of and conjunct.expression.name in flat_of
+                    and flat_of[conjunct.this.name][0] != flat_of[conjunct.expression.name][0]):
+                return conjunct.this.name, conjunct.expression.name
+            return None
+
         for j in tree.args.get("joins") or []:
-            for conjunct in _conjuncts(j.args["on"]):
+            for conjunct in _conjuncts(j.args["on"]) if j.args.get("on") is not None else ():
                 if _contains_aggregate(conjunct):
                     raise self._error("aggregates are not allowed in ON", conjunct)
-                if (isinstance(conjunct, exp.EQ) and isinstance(conjunct.this, exp.Column)
-                        and isinstance(conjunct.expression, exp.Column)
-                        and flat_of[conjunct.this.name][0] != flat_of[conjunct.expression.name][0]):
-                    pairs.append((conjunct.this.name, conjunct.expression.name))
+                pair = equality(conjunct)
+                if pair:
+                    pairs.append(pair)
                 else:
                     filters.append(conjunct.copy())
             j.set("on", None)
+        where = tree.args.get("where")
+        # FROM a, b WHERE a.k = b.k: top-level equalities of WHERE join the inputs too (they
+        # stay in WHERE as well, where they hold for every joined row).
+        for conjunct in _conjuncts(where.this) if where is not None else ():
+            pair = equality(conjunct)
+            if pair and pair not in pairs:
+                pairs.append(pair)
         inputs = tuple(JoinInput(alias.lower(), table.name, tuple(
             c.name for c in table.columns if f"{alias.lower()}__{c.name}" in flat_of))
             for alias, table in self.inputs)
@@ -308,9 +323,9 @@ class _Translator:
         missing = [i for i in inputs if i.alias not in reached]
         if missing:
             raise self._refuse(f"join of {missing[0].table} without an equality to the other "
-                               f"tables (non-equi join)", "only equi-joins (ON a.k = b.k) are "
-                               "maintained: any other condition would need every pair of rows",
-                               tree.args["joins"][0])
+                               f"tables (a cross or non-equi join)", "only equi-joins (a.k = b.k "
+                               "in ON or WHERE) are maintained: any other condition would keep "
+                               "every pair of rows", tree.args["joins"][0])
 
     # -- names ---------------------------------------------------------------------------
     def _resolve_columns(self, tree: exp.Select) -> None:
@@ -399,6 +414,21 @@ class _Translator:
             rel = Sort(rel, sort_keys)
         rel = Project(rel, exprs)
         return self._limit(tree, rel)
+
+    def _distinct_as_group_by(self, tree: exp.Select, aggregated: bool) -> bool:
+        """SELECT DISTINCT e1, e2 is GROUP BY e1, e2 with no aggregate: a set kept as counts."""
+        if aggregated:
+            raise self._refuse("SELECT DISTINCT with aggregates or GROUP BY", "drop DISTINCT "
+                               "(select the GROUP BY keys to make rows distinct)",
+                               tree.args["distinct"])
+        if any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+               for e in tree.expressions):
+            raise self._error("SELECT DISTINCT * is not supported; list the columns",
+                              tree.args["distinct"])
+        keys = [(e.this if isinstance(e, exp.Alias) else e).copy() for e in tree.expressions]
+        tree.set("distinct", None)
+        tree.set("group", exp.Group(expressions=keys))
+        return True
 
     def _inline_aliases(self, node: exp.Expression, by_alias: dict[str, Scalar],
                         items: list[tuple[str, exp.Expression]]) -> exp.Expression:

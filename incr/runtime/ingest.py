@@ -308,7 +308,8 @@ def _parquet_fits(file_type: pa.DataType, t: SqlType) -> bool:
     if name == "FLOAT":
         return pa.types.is_float32(file_type) or pa.types.is_float16(file_type)
     if name == "VARCHAR":
-        return pa.types.is_string(file_type) or pa.types.is_large_string(file_type)
+        return (pa.types.is_string(file_type) or pa.types.is_large_string(file_type)
+                or pa.types.is_string_view(file_type))
     if name == "BOOLEAN":
         return pa.types.is_boolean(file_type)
     if name == "DATE":

@@ -123,9 +123,9 @@ WITH big AS (SELECT * FROM sales WHERE qty > 10)
 SELECT region, COUNT(*) AS n
 FROM big
 GROUP BY region""", N, ["WITH"], "WITH"),
-    ("select-distinct", """SELECT DISTINCT region,
-       product
-FROM sales""", N, ["SELECT DISTINCT", "GROUP BY"], "DISTINCT"),
+    ("select-distinct-aggregate", """SELECT DISTINCT region,
+       COUNT(*) AS n
+FROM sales GROUP BY region""", N, ["SELECT DISTINCT with aggregates", "GROUP BY"], "DISTINCT"),
     ("median", """
 SELECT region,
        MEDIAN(amount) AS mid

@@ -1,7 +1,7 @@
 """The equivalence test: after every batch, every answer table equals DuckDB on all live rows.
 
 Hypothesis draws a random program in the supported class (one source; WHERE; GROUP BY
-columns, expressions or nothing; HAVING; ORDER BY + LIMIT; plain SELECTs; every supported
+columns, expressions or nothing; HAVING; ORDER BY + LIMIT; plain SELECTs and SELECT DISTINCT; every supported
 aggregate over columns, expressions and CASE) and a random sequence of insert and delete
 batches landed as CSV, JSON lines or Parquet.  After each batch ``Pipeline.run()`` applies
 it, and each view's answer table is compared with DuckDB running the view's own SELECT over
@@ -83,7 +83,8 @@ def aggregate_view(draw, name: str) -> str:
 def plain_view(draw, name: str) -> str:
     cols = draw(st.lists(st.sampled_from(["k1", "k2", "v", "x", "d", "v + 1 AS v1", "x * 2 AS x2"]),
                          min_size=1, max_size=4, unique=True))
-    sql = f"SELECT {', '.join(cols)} FROM t"
+    distinct = "DISTINCT " if draw(st.booleans()) else ""
+    sql = f"SELECT {distinct}{', '.join(cols)} FROM t"
     if draw(st.booleans()):
         sql += f" WHERE {draw(st.sampled_from(WHERES))}"
     return f"CREATE VIEW {name} AS {sql};"
