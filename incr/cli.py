@@ -78,6 +78,15 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--batch", type=int, required=True)
     sp.set_defaults(func=cmd_skip)
 
+    sp = sub.add_parser("bench", help="time incremental batches against full recompute "
+                                      "(seed paper §11 experiments)")
+    sp.add_argument("name", help="groupby or joingroupby")
+    sp.add_argument("--out", default="bench-out", help="folder for NAME.csv and the work data")
+    sp.add_argument("--initial-rows", type=int, default=100_000)
+    sp.add_argument("--increment", type=int, default=10_000)
+    sp.add_argument("--check", action="store_true", help="compare every answer with DuckDB")
+    sp.set_defaults(func=cmd_bench)
+
     sp = sub.add_parser("demo", help="generate the sample stream and run it through the Airflow DAG")
     sp.add_argument("--out", default="demo-out", help="folder for landing, warehouse and Airflow home")
     sp.add_argument("--rows", type=int, default=20_000, help="rows in the initial load")
@@ -176,6 +185,12 @@ def cmd_skip(args: argparse.Namespace) -> int:
     batch = pipeline.skip(args.batch)
     print(f"skipped {batch}; it will not be applied")
     return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from incr.bench import run_bench
+
+    return run_bench(args.name, Path(args.out), args.initial_rows, args.increment, args.check)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
