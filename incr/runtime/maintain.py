@@ -103,7 +103,6 @@ class ViewRuntime:
         if self.plan.join is not None and any(t.side_of is None for t in pending):
             joined = self._join_delta(source, batch_view)
         for table in pending:
-            path = self.table_path(table.name)
             feed = batch_view if table.side_of is not None or joined is None else joined
             faults.crash_point("view.before_merge", batch)
             t0 = time.perf_counter()

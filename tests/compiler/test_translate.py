@@ -392,7 +392,7 @@ def test_reserved_column_name(column: str):
     err = compile_error(TABLE_WITH.format(column=column))
     assert type(err) is ParseError
     name = column.split()[0]
-    assert f"table sales: column names starting with '_' are reserved" in err.message
+    assert "table sales: column names starting with '_' are reserved" in err.message
     assert f"rename {name}" in err.message
     assert err.location.line == 5
 
