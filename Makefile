@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test soak tpch demo explain clean
+.PHONY: install test soak tpch demo explain bench clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 is required for Spark (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -24,7 +24,7 @@ test: install
 	$(BIN)/pytest -m "not slow"
 
 soak: install
-	INCR_EQUIV_EXAMPLES=150 $(BIN)/pytest tests/runtime/test_equivalence.py
+	INCR_EQUIV_EXAMPLES=150 $(BIN)/pytest tests/runtime/test_equivalence.py tests/runtime/test_equivalence_nested.py
 
 tpch: install
 	$(BIN)/pytest -m slow tests/runtime/test_tpch.py
@@ -34,6 +34,13 @@ demo: install
 
 explain: install
 	$(BIN)/incr explain sql/examples/sales.sql
+
+# A quick look (a few minutes): small runs of every benchmark into bench-out/.  The full
+# runs behind docs/benchmarks.md are listed there.
+bench: install
+	$(BIN)/incr bench groupby --out bench-out --initial-rows 100000 --sizes 10000 --increments 5
+	$(BIN)/incr bench joingroupby --out bench-out --initial-rows 20000 --sizes 2000 --increments 5
+	$(BIN)/incr bench groupby-deletes --out bench-out --initial-rows 100000 --sizes 10000 --increments 6
 
 clean:
 	rm -rf demo-out .pytest_cache

@@ -36,6 +36,35 @@ def oracle_answer(select: str, tables: Mapping[str, pa.Table]) -> pa.Table:
         con.close()
 
 
+def oracle_iterate(plan, tables: Mapping[str, pa.Table], iterations: int | None = None) -> pa.Table:
+    """An iterative view's answer from scratch: INITIAL, then the STEP ``iterations`` times.
+
+    ``iterations`` defaults to the view's ITERATIONS; the step reads the previous iterate
+    under the view's name.
+    """
+    import duckdb
+
+    it = plan.iteration
+    n = it.iterations if iterations is None else iterations
+    name = f'"{it.name}"'
+    cols = ", ".join(f'"{c.name}" {c.type}' for c in it.columns)
+    con = duckdb.connect()
+    try:
+        for table, data in tables.items():
+            con.register(f"__incr_{table}", data)
+            con.execute(f'CREATE TABLE "{table}" AS SELECT * FROM "__incr_{table}"')
+        con.execute(f"CREATE TABLE {name} ({cols})")
+        con.execute(f"INSERT INTO {name} SELECT * FROM ({it.initial_written})")
+        for _ in range(n):
+            con.execute(f"CREATE TABLE __incr_next ({cols})")
+            con.execute(f"INSERT INTO __incr_next SELECT * FROM ({plan.select})")
+            con.execute(f"DROP TABLE {name}")
+            con.execute(f"ALTER TABLE __incr_next RENAME TO {name}")
+        return con.execute(f"SELECT * FROM {name}").fetch_arrow_table()
+    finally:
+        con.close()
+
+
 def live_rows(inserted: Sequence[pa.Table], deleted: Sequence[pa.Table],
               schema: pa.Schema) -> pa.Table:
     """The bag of rows inserted minus the bag deleted (each deleted row removes one copy)."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from incr.compiler import iterate
 from incr.compiler.compilation import Compilation
 from incr.compiler.passes import run_passes
-from incr.compiler.plan import IncrementalPlan
+from incr.compiler.plan import IncrementalPlan, StagePlan
 from incr.compiler.program import Program, ViewDecl, load_program, parse_program
-from incr.compiler.translate import translate
+from incr.compiler.translate import StageTranslation, translate
+from incr.errors import Location, NotIncrementalizableError
 
 
 @dataclass(frozen=True)
@@ -51,24 +53,53 @@ def compile_parsed(program: Program) -> CompiledProgram:
 
 
 def start(program: Program, view: ViewDecl) -> Compilation:
-    """The compilation of ``view`` right after translation, before any pass."""
-    t = translate(view, program)
-    return Compilation(program=program, view=view, source=t.source, rel=t.rel, join=t.join)
+    """The compilation of ``view``'s own stage right after translation, before any pass."""
+    return _compilation(program, view, translate(view, program).top)
+
+
+def _compilation(program: Program, view: ViewDecl, st: StageTranslation) -> Compilation:
+    return Compilation(program=program, view=view, source=st.source, rel=st.rel,
+                       branches=st.branches, stage=st.name)
 
 
 def compile_view(program: Program, view: ViewDecl) -> IncrementalPlan:
-    """Runs translation and every pass, and assembles the plan."""
-    return build_plan(run_passes(start(program, view)))
+    """Runs translation and every pass on each stage, and assembles the plan.
+
+    An iterative view compiles its STEP as a view that reads the previous iterate as one
+    more source (see :mod:`incr.compiler.iterate`).
+    """
+    iteration = None
+    written = view
+    if view.iterate is not None:
+        view, program, iteration = iterate.prepare(view, program)
+    t = translate(view, program)
+    stages = tuple(build_stage(run_passes(_compilation(program, view, st))) for st in t.stages)
+    sources: list[str] = []
+    for stage in stages:
+        for inp in stage.inputs:
+            if not inp.derived and inp.table not in sources:
+                sources.append(inp.table)
+    if iteration is not None:
+        iterate.check_output(iteration, stages[-1].output, Location(program.path, view.select_line))
+        if not stages[-1].lineage:
+            raise NotIncrementalizableError(
+                f"iterative view {view.name}: the STEP must GROUP BY the iterate's key "
+                f"{iteration.key}", Location(program.path, view.select_line))
+    landed = tuple(s for s in sources if iteration is None or s.lower() != view.name.lower())
+    return IncrementalPlan(program=program.name, view=view.name, select=written.select,
+                           stages=stages, sources=landed,
+                           source_tables=tuple(program.table(s) for s in sources),
+                           iteration=iteration)
 
 
-def build_plan(c: Compilation) -> IncrementalPlan:
-    """Assembles the final plan from a compilation that went through every pass."""
+def build_stage(c: Compilation) -> StagePlan:
+    """Assembles one stage's plan from a compilation that went through every pass."""
     assert c.answer is not None and c.tables is not None and c.h is not None
     assert c.merge is not None and c.diminish is not None and c.diffuse is not None
-    return IncrementalPlan(
-        program=c.program.name, view=c.view.name, select=c.view.select, source=c.source.name,
-        sources=tuple(i.table for i in c.join.inputs) if c.join else (c.source.name,), join=c.join,
+    assert c.signed is not None
+    return StagePlan(
+        name=c.stage, branches=c.branches, source=c.source.name,
         source_columns=c.source.columns, append_only=c.source.append_only, logical=c.rel,
         lineage=c.lineage or (), tables=c.tables, h=c.h, merge=c.merge, diminish=c.diminish,
-        diffuse=c.diffuse, answer=c.answer, buckets=c.h[0].buckets,
+        signed=c.signed, diffuse=c.diffuse, answer=c.answer, buckets=c.h[0].buckets,
         output=tuple(e.name for e in c.answer.exprs))

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from incr.compiler.ir import EquiJoin, Named, Rel
-from incr.compiler.plan import (Answer, DiffusionSpec, HQuery, MergeSpec, StateTable,
-                                StateValue)
+from incr.compiler.ir import Branch, Named, Rel
+from incr.compiler.plan import Answer, DiffusionSpec, HQuery, MergeSpec, StateTable, StateValue
 from incr.compiler.program import Program, TableDecl, ViewDecl
 from incr.compiler.scalar import Scalar
 
@@ -40,7 +39,8 @@ class Compilation:
     view: ViewDecl
     source: TableDecl
     rel: Rel
-    join: EquiJoin | None = None
+    branches: tuple[Branch, ...] = ()
+    stage: str = ""  # "" for the view's own stage; s1, s2, ... for the stages it reads
     lineage: tuple[Named, ...] | None = None
     key_columns: tuple[tuple[str, str], ...] | None = None  # IR key name (_k<i>) -> state column
     aggregates: tuple[AggState, ...] | None = None
@@ -50,3 +50,16 @@ class Compilation:
     merge: tuple[MergeSpec, ...] | None = None
     diminish: tuple[MergeSpec, ...] | None = None
     diffuse: tuple[DiffusionSpec, ...] | None = None
+    signed: tuple[MergeSpec, ...] | None = None
+
+    def table_name(self, name: str) -> str:
+        """A state table's name, prefixed by the stage so names are unique in the view."""
+        return f"{self.stage}_{name}" if self.stage else name
+
+    @property
+    def direct(self) -> bool:
+        """True when the stage reads one input with no join (h runs on its batches)."""
+        if len(self.branches) != 1:
+            return False
+        b = self.branches[0]
+        return len(b.join.inputs) == 1 and not b.join.anti and b.project is None and not b.padded

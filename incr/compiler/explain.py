@@ -8,18 +8,13 @@ Spark's own result types decide the stored schema, and agree for the declared ty
 
 from __future__ import annotations
 
-from functools import lru_cache
-
-import sqlglot
-from sqlglot import exp
-from sqlglot.optimizer.annotate_types import annotate_types
-
 from incr.algebra.monoids import Count, Max, Min, Moments, Sum
 from incr.compiler import CompiledProgram
-from incr.compiler.plan import BUCKET, IncrementalPlan, StateTable, StateValue
+from incr.compiler.plan import BUCKET, IncrementalPlan, StagePlan, StateTable, StateValue
 from incr.compiler.program import Column
-from incr.compiler.scalar import CANONICAL_DIALECT, Scalar
-from incr.compiler.sqlgen import render_diffusion, render_merge
+from incr.compiler.scalar import Scalar
+from incr.compiler.sqlgen import render_diffusion, render_merge, render_rows, render_stage_delta
+from incr.compiler.types import infer_type_name
 
 
 def explain_program(compiled: CompiledProgram) -> str:
@@ -35,37 +30,73 @@ def explain_program(compiled: CompiledProgram) -> str:
 
 
 def explain_plan(plan: IncrementalPlan) -> str:
-    """The explanation of one view."""
+    """The explanation of one view: each stage, producers first, then the answer."""
     out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, "
                       f"answer {plan.answer_fingerprint})"]
     out.append(_section("query", plan.select.strip()))
-    out.append(_section("normalized IR", plan.logical.pretty()))
-    theta = ", ".join(f"{k.name} = {k.expr}" for k in plan.lineage) or "() -- global aggregate: one state row"
-    out.append(_section("lineage key θ", theta))
-    for table in plan.tables:
-        out.append(_section(f"state table {table.name}", _schema(table, plan)))
-    if plan.join is not None:
-        out.append(_section("join (inner, equi)", str(plan.join)))
-        for source in plan.sources:
-            sides = {i.alias: f"state.side_{i.alias}" for i in plan.join.inputs}
-            out.append(_section(f"Δjoined when a batch of {source} lands",
-                                plan.join_delta_sql(source, f"Δ{source}", sides)))
-    for hq in plan.h:
-        out.append(_section(f"h  (batch → {hq.table.name})", plan.h_sql(hq.table.name, f"Δ{hq.source}")))
-    for spec in plan.merge:
-        out.append(_section(f"⊗  (merge inserts into {spec.table})", render_merge(spec, plan.table(spec.table))))
-    if plan.diminish:
-        for spec in plan.diminish:
-            out.append(_section(f"⊗̃  (diminish deletes from {spec.table})",
-                                render_merge(spec, plan.table(spec.table))))
-    else:
-        out.append(_section("⊗̃", f"none: {plan.source} is append-only, so MIN/MAX keep the plain "
-                                 "monoid (no inverse) and delete batches are refused"))
-    for d in plan.diffuse:
-        out.append(_section(f"⊗̂  (diffusion over {d.table})", render_diffusion(d)))
-    views = {t.name: f"state.{t.name}" for t in plan.tables}
+    if len(plan.stages) > 1:
+        flow = " → ".join(s.name or plan.view for s in plan.stages)
+        out.append(_section("stages (producers first)", f"{flow}\n"
+                            "each inner stage hands its output changes (rows lost, rows gained) "
+                            "to the stages that read it"))
+    for stage in plan.stages:
+        out += _explain_stage(plan, stage)
+    views = {t.name: f"state.{t.name}" for t in plan.main_tables}
     out.append(_section("a  (answer)", plan.answer_sql(views)))
     return "\n".join(out)
+
+
+def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
+    def title(text: str) -> str:
+        return f"[{stage.name}] {text}" if stage.name else text
+
+    out = [_section(title("normalized IR"), stage.logical.pretty())]
+    theta = ", ".join(f"{k.name} = {k.expr}" for k in stage.lineage) or \
+        "() -- global aggregate: one state row"
+    out.append(_section(title("lineage key θ"), theta))
+    for table in stage.tables:
+        out.append(_section(title(f"state table {table.name}"), _schema(table, plan, stage)))
+    if not stage.direct:
+        kinds = "branches (bag union)" if len(stage.branches) > 1 else "join"
+        out.append(_section(title(kinds), "\n".join(str(b) for b in stage.branches)))
+        sides = {t.side_of: f"state.{t.name}" for t in stage.tables if t.side_of}
+        for inp in stage.inputs:
+            what = f"output changes of {inp.table}" if inp.derived else f"a batch of {inp.table}"
+            changed = {i.alias: (f"Δ{i.table}", 0) for i in stage.inputs if i.table == inp.table
+                       and i.derived == inp.derived}
+            if inp.alias not in changed or min(changed) != inp.alias:
+                continue
+            anti = {a: f"ΔZ_{a}" for a in changed
+                    if any(x.input.alias == a for b in stage.branches for x in b.join.anti)}
+            sql = render_stage_delta(stage, changed, sides, anti)
+            if sql:
+                out.append(_section(title(f"Δ when {what} lands"), sql))
+    for hq in stage.h:
+        source = hq.source if hq.table.side_of or stage.direct else f"{stage.source}"
+        out.append(_section(title(f"h  (Δ → {hq.table.name})"), plan.h_sql(hq.table.name, f"Δ{source}")))
+    for spec in stage.merge:
+        if plan.table(spec.table).side_of is None:
+            out.append(_section(title(f"⊗  (merge inserts into {spec.table})"),
+                                render_merge(spec, plan.table(spec.table))))
+    for spec in stage.diminish:
+        if plan.table(spec.table).side_of is None:
+            out.append(_section(title(f"⊗̃  (diminish deletes from {spec.table})"),
+                                render_merge(spec, plan.table(spec.table))))
+    if not stage.diminish:
+        out.append(_section(title("⊗̃"), f"none: {stage.source} is append-only, so MIN/MAX keep "
+                            "the plain monoid (no inverse) and delete batches are refused"))
+    for spec in stage.signed:
+        if plan.table(spec.table).side_of is not None:
+            out.append(_section(title(f"⊗±  (signed merge into {spec.table})"),
+                                render_merge(spec, plan.table(spec.table))))
+    for d in stage.diffuse:
+        if plan.table(d.table).side_of is None:
+            out.append(_section(title(f"⊗̂  (diffusion over {d.table})"), render_diffusion(d)))
+    if stage.name:
+        views = {t.name: f"state.{t.name}" for t in stage.main_tables}
+        out.append(_section(title(f"output rows (into {stage.outbox} as changes, _w = ±copies)"),
+                            render_rows(stage.answer, views)))
+    return out
 
 
 def _section(title: str, body: str) -> str:
@@ -73,19 +104,19 @@ def _section(title: str, body: str) -> str:
     return f"  {title}:\n" + "\n".join(f"    {line}" for line in lines)
 
 
-def _schema(table: StateTable, plan: IncrementalPlan) -> str:
+def _schema(table: StateTable, plan: IncrementalPlan, stage: StagePlan) -> str:
     hashed = ", ".join(table.bucket_columns) if table.side_of else "θ"
     rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), "
-            f"{plan.buckets if table.keys else 1})"]
+            f"{stage.buckets if table.keys else 1})"]
     for k in table.keys:
         expr = Scalar.column(k.name) if table.side_of else k.expr  # side keys: joined names
-        rows.append(f"{k.name:<14} {infer_type(expr, plan.source, plan.source_columns):<10} key: {k.expr}")
+        rows.append(f"{k.name:<14} {infer_type(expr, stage.source, stage.source_columns):<10} key: {k.expr}")
     if table.value_key is not None:
         vk = table.value_key
-        rows.append(f"{vk.name:<14} {infer_type(vk.expr, plan.source, plan.source_columns):<10} "
+        rows.append(f"{vk.name:<14} {infer_type(vk.expr, stage.source, stage.source_columns):<10} "
                     f"key: value of {vk.expr} (bag of live values)")
     for v in table.values:
-        for col, typ in zip(v.columns, _value_types(v, plan)):
+        for col, typ in zip(v.columns, _value_types(v, stage)):
             rows.append(f"{col:<14} {typ:<10} {v.describe()}")
     vanish = "rows whose _n reaches 0 are deleted" if table.vanishes else \
         "the single global row stays (an empty input still answers one row)"
@@ -93,12 +124,12 @@ def _schema(table: StateTable, plan: IncrementalPlan) -> str:
     return "\n".join(rows)
 
 
-def _value_types(v: StateValue, plan: IncrementalPlan) -> tuple[str, ...]:
+def _value_types(v: StateValue, stage: StagePlan) -> tuple[str, ...]:
     if isinstance(v.monoid, Count):
         return ("BIGINT",)
     if isinstance(v.monoid, Moments):
         return ("BIGINT", "DOUBLE", "DOUBLE")
-    arg_type = infer_type(v.arg, plan.source, plan.source_columns) if v.arg else "UNKNOWN"
+    arg_type = infer_type(v.arg, stage.source, stage.source_columns) if v.arg else "UNKNOWN"
     if isinstance(v.monoid, Sum) and arg_type in ("INT", "SMALLINT", "TINYINT", "BIGINT"):
         return ("BIGINT",)
     if isinstance(v.monoid, (Sum, Min, Max)):
@@ -108,21 +139,4 @@ def _value_types(v: StateValue, plan: IncrementalPlan) -> tuple[str, ...]:
 
 def infer_type(expr: Scalar, table: str, columns: tuple[Column, ...]) -> str:
     """sqlglot's type for ``expr`` over the declared source columns."""
-    return _infer(expr.sql, table, tuple((c.name, str(c.type)) for c in columns))
-
-
-@lru_cache(maxsize=1024)
-def _infer(sql: str, table: str, columns: tuple[tuple[str, str], ...]) -> str:
-    schema = {table: dict(columns)}
-    try:
-        select = sqlglot.parse_one(f"SELECT {sql} AS x FROM {table}", read=CANONICAL_DIALECT)
-        from sqlglot.optimizer.qualify import qualify
-
-        select = qualify(select, schema=schema, dialect=CANONICAL_DIALECT)
-        typed = annotate_types(select, schema=schema, dialect=CANONICAL_DIALECT)
-        t = typed.expressions[0].type
-        if not t or t.this == exp.DataType.Type.UNKNOWN:
-            return "UNKNOWN"
-        return t.sql(CANONICAL_DIALECT).upper().replace("TEXT", "VARCHAR")
-    except Exception:  # type inference is a courtesy for the reader; never fail explain on it
-        return "UNKNOWN"
+    return infer_type_name(expr.sql, table, tuple((c.name, str(c.type)) for c in columns))

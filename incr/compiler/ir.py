@@ -174,15 +174,18 @@ class Limit(Rel):
 
 @dataclass(frozen=True)
 class JoinInput:
-    """One source of an equi-join: its FROM alias, declared table and the columns the view reads.
+    """One input of a join: its FROM alias, what it reads, and the columns the view reads.
 
-    In the joined relation its columns are spelled ``<alias>__<column>`` (:meth:`flat`), so
-    the passes see one source with unique column names.
+    ``table`` is a declared source, or (``derived``) a stage of the same view whose output
+    rows feed this one (a FROM subquery, a CTE, a decorrelated subquery).  In the joined
+    relation its columns are spelled ``<alias>__<column>`` (:meth:`flat`), so the passes see
+    one source with unique column names.
     """
 
     alias: str
     table: str
     columns: tuple[str, ...]
+    derived: bool = False
 
     def flat(self, column: str) -> str:
         """The joined relation's name for ``column`` of this input."""
@@ -194,32 +197,88 @@ class JoinInput:
 
 
 @dataclass(frozen=True)
-class EquiJoin:
-    """An inner equi-join of several sources: ``pairs`` of joined-relation columns must be equal.
+class AntiJoin:
+    """An input that only removes rows: a row of the others passes when no row of ``input``
+    passing ``filter`` matches it on every pair ``(other column, input column)``.
 
-    Every input is connected to the others through ``pairs`` (no cross products), and each
-    declared table appears once (no self-joins).
+    This is the unmatched part of an outer join (and NOT EXISTS).  It is maintained as a
+    join with Z, the set of key values that have no matching row: when a batch makes a key's
+    first match arrive (or its last match go), Z loses (or gains) that key.
+    """
+
+    input: JoinInput
+    pairs: tuple[tuple[str, str], ...]
+    filter: Scalar | None = None
+
+    def __str__(self) -> str:
+        on = " AND ".join(f"{a} = {b}" for a, b in self.pairs)
+        cond = f" AND {self.filter}" if self.filter is not None else ""
+        return f"▷ {self.input.table} AS {self.input.alias} ON {on}{cond}"
+
+
+@dataclass(frozen=True)
+class EquiJoin:
+    """An inner equi-join of several inputs: ``pairs`` of joined-relation columns must be equal.
+
+    Every input is connected to the others through ``pairs`` (no cross products), except a
+    derived input known to hold a single row (a global aggregate), which is crossed.  A
+    source may appear under several aliases (a self-join).  ``anti`` inputs keep only rows
+    with no match in them (see :class:`AntiJoin`).
     """
 
     inputs: tuple[JoinInput, ...]
     pairs: tuple[tuple[str, str], ...]
+    anti: tuple[AntiJoin, ...] = ()
+
+    @property
+    def all_inputs(self) -> tuple[JoinInput, ...]:
+        """Inputs whose rows join, then the anti inputs."""
+        return self.inputs + tuple(a.input for a in self.anti)
 
     def input_of(self, flat: str) -> JoinInput:
         """The input a joined-relation column comes from."""
-        return next(i for i in self.inputs if flat in i.flat_columns)
+        return next(i for i in self.all_inputs if flat in i.flat_columns)
 
     def for_table(self, table: str) -> JoinInput | None:
-        """The input reading declared table ``table`` (None: the join does not read it)."""
+        """The first input reading declared table ``table`` (None: the join does not read it)."""
         return next((i for i in self.inputs if i.table.lower() == table.lower()), None)
 
     def keys_of(self, alias: str) -> tuple[str, ...]:
         """The joined-relation columns of input ``alias`` that take part in an equality."""
-        inp = next(i for i in self.inputs if i.alias == alias)
+        inp = next(i for i in self.all_inputs if i.alias == alias)
         out: list[str] = []
-        for pair in self.pairs:
+        for pair in self.pairs + tuple(p for a in self.anti for p in a.pairs):
             out += [c for c in pair if c in inp.flat_columns and c not in out]
         return tuple(out)
 
     def __str__(self) -> str:
         tables = " ⋈ ".join(f"{i.table} AS {i.alias}" for i in self.inputs)
-        return f"{tables} ON {' AND '.join(f'{a} = {b}' for a, b in self.pairs)}"
+        on = f" ON {' AND '.join(f'{a} = {b}' for a, b in self.pairs)}" if self.pairs else ""
+        anti = "".join(f" {a}" for a in self.anti)
+        return f"{tables}{on}{anti}"
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One term of a stage's input: a join (or one input), filtered, projected to the stage columns.
+
+    A stage's input relation is the bag union of its branches: one branch for a plain FROM,
+    one per SELECT of a UNION ALL, and for an outer join one per matched/unmatched part.
+    ``project`` None means the branch's columns are the stage's columns; ``padded`` names
+    inputs whose columns are NULL in this branch (the unmatched side of an outer join).
+    """
+
+    join: EquiJoin
+    where: Scalar | None = None
+    project: tuple[Named, ...] | None = None
+    padded: tuple[JoinInput, ...] = ()
+
+    def __str__(self) -> str:
+        out = str(self.join)
+        if self.where is not None:
+            out += f" WHERE {self.where}"
+        if self.padded:
+            out += f" (NULL: {', '.join(i.alias for i in self.padded)})"
+        if self.project is not None:
+            out += f" → {', '.join(map(str, self.project))}"
+        return out

@@ -21,16 +21,22 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from incr.algebra.monoids import Count, Monoid
-from incr.compiler.ir import EquiJoin, Named, Rel, SortKey
-from incr.compiler.program import Column
+from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named, Rel, SortKey
+from incr.compiler.program import Column, TableDecl
 from incr.compiler.scalar import Scalar
+
+if TYPE_CHECKING:
+    from incr.compiler.iterate import Iteration
 
 #: Column holding each state row's multiplicity (rows of θ folded into it).
 ROW_COUNT = "_n"
 #: Partition column of every state table: a hash bucket of θ.
 BUCKET = "_bucket"
+#: Column of signed multiplicities in a change set (+n: n copies in, -n: n copies out).
+WEIGHT = "_w"
 
 
 @dataclass(frozen=True)
@@ -90,14 +96,18 @@ class StateTable:
 class HQuery:
     """h for one state table: fold a batch of ``source`` rows that pass ``where`` by θ.
 
-    For a join view, the main tables' source is the joined delta (``joined``) and each side
-    table's source is its declared table.
+    For a joined stage, the main tables' source is Δ of the joined branches (``joined``) and
+    each side table's source is its input (a declared table or a producer stage).  A
+    ``weighted`` h reads signed changes (column ``_w``: +n inserts, -n deletes) and folds
+    them into one signed count per row; side tables are kept this way, since a count is a
+    group and a batch may both add and remove rows of a derived input.
     """
 
     table: StateTable
     source: str
     where: Scalar | None
     buckets: int
+    weighted: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,15 +174,22 @@ class Answer:
 
 
 @dataclass(frozen=True)
-class IncrementalPlan:
-    """Everything the runtime needs to maintain one view."""
+class StagePlan:
+    """One aggregation (or bag of rows) of a view, over the union of its branches.
 
-    program: str
-    view: str
-    select: str
+    A view is one stage, or several when it nests queries: a FROM subquery, a CTE or a
+    decorrelated subquery is a stage of its own whose output rows are an input (``derived``)
+    of the stage that reads it.  ``name`` is "" for the stage whose answer is the view's
+    answer; other stages are ``s1``, ``s2``, ... and prefix their state tables' names.
+
+    A stage is *direct* when it reads one input with no join: h runs on that input's batch
+    (or on its producer's output changes).  Otherwise each input keeps a side table of its
+    live rows and h runs on Δ of the joined branches.
+    """
+
+    name: str
+    branches: tuple[Branch, ...]
     source: str
-    sources: tuple[str, ...]
-    join: EquiJoin | None
     source_columns: tuple[Column, ...]
     append_only: bool
     logical: Rel
@@ -181,32 +198,173 @@ class IncrementalPlan:
     h: tuple[HQuery, ...]
     merge: tuple[MergeSpec, ...]
     diminish: tuple[MergeSpec, ...]
+    signed: tuple[MergeSpec, ...]
     diffuse: tuple[DiffusionSpec, ...]
     answer: Answer
     buckets: int
     output: tuple[str, ...] = field(default=())
 
     @property
-    def ordered(self) -> bool:
-        """True when the answer has an ORDER BY (row order is then part of the answer)."""
-        return bool(self.answer.order)
+    def direct(self) -> bool:
+        """True when h reads the single input's changes directly (no join, no side tables)."""
+        if len(self.branches) != 1:
+            return False
+        b = self.branches[0]
+        return len(b.join.inputs) == 1 and not b.join.anti and b.project is None and not b.padded
+
+    @property
+    def inputs(self) -> tuple[JoinInput, ...]:
+        """Every input of every branch, once per alias (anti inputs included)."""
+        seen: dict[str, JoinInput] = {}
+        for b in self.branches:
+            for i in b.join.all_inputs:
+                seen.setdefault(i.alias, i)
+        return tuple(seen.values())
 
     @property
     def main_tables(self) -> tuple[StateTable, ...]:
-        """The tables a and the view's progress read: the aggregate state and its bags."""
+        """The aggregate state and its bags (what a reads)."""
         return tuple(t for t in self.tables if t.side_of is None)
 
+    @property
+    def outbox(self) -> str:
+        """The table holding this stage's output changes of the last batch (for its readers)."""
+        return f"{self.name}_out"
+
+    def side_table(self, alias: str) -> StateTable:
+        """The side table mirroring input ``alias``."""
+        return next(t for t in self.tables if t.side_of == alias)
+
+    def reads(self, table: str, derived: bool) -> tuple[JoinInput, ...]:
+        """The inputs reading declared table (or stage) ``table``."""
+        return tuple(i for i in self.inputs
+                     if i.derived == derived and i.table.lower() == table.lower())
+
+
+@dataclass(frozen=True)
+class IncrementalPlan:
+    """Everything the runtime needs to maintain one view: its stages, producers first.
+
+    The last stage is the view's own; its answer is the view's answer table.  Properties
+    below without a stage in their name describe that stage, or (``tables``, ``h``) all of
+    them.
+    """
+
+    program: str
+    view: str
+    select: str
+    stages: tuple[StagePlan, ...]
+    sources: tuple[str, ...]
+    source_tables: tuple[TableDecl, ...] = ()
+    iteration: Iteration | None = None  # set for an iterative view (the plan is its STEP's)
+
+    @property
+    def top(self) -> StagePlan:
+        return self.stages[-1]
+
+    @property
+    def ordered(self) -> bool:
+        """True when the answer has an ORDER BY (row order is then part of the answer)."""
+        return bool(self.top.answer.order)
+
+    @property
+    def tables(self) -> tuple[StateTable, ...]:
+        return tuple(t for s in self.stages for t in s.tables)
+
+    @property
+    def h(self) -> tuple[HQuery, ...]:
+        return tuple(q for s in self.stages for q in s.h)
+
+    @property
+    def merge(self) -> tuple[MergeSpec, ...]:
+        return tuple(m for s in self.stages for m in s.merge)
+
+    @property
+    def diminish(self) -> tuple[MergeSpec, ...]:
+        return tuple(m for s in self.stages for m in s.diminish)
+
+    @property
+    def diffuse(self) -> tuple[DiffusionSpec, ...]:
+        return tuple(m for s in self.stages for m in s.diffuse)
+
+    @property
+    def answer(self) -> Answer:
+        return self.top.answer
+
+    @property
+    def lineage(self) -> tuple[Named, ...]:
+        return self.top.lineage
+
+    @property
+    def output(self) -> tuple[str, ...]:
+        return self.top.output
+
+    @property
+    def buckets(self) -> int:
+        return self.top.buckets
+
+    @property
+    def source(self) -> str:
+        return self.top.source
+
+    @property
+    def source_columns(self) -> tuple[Column, ...]:
+        return self.top.source_columns
+
+    @property
+    def append_only(self) -> bool:
+        return self.top.append_only
+
+    @property
+    def logical(self) -> Rel:
+        return self.top.logical
+
+    @property
+    def join(self) -> EquiJoin | None:
+        """The top stage's join (None for a direct stage or a union)."""
+        top = self.top
+        return None if top.direct or len(top.branches) != 1 else top.branches[0].join
+
+    @property
+    def main_tables(self) -> tuple[StateTable, ...]:
+        """The tables a and the view's progress read: the top stage's aggregate state and bags."""
+        return self.top.main_tables
+
+    def stage(self, name: str) -> StagePlan:
+        return next(s for s in self.stages if s.name == name)
+
+    def stage_of(self, table: str) -> StagePlan:
+        """The stage owning state table ``table``."""
+        return next(s for s in self.stages if any(t.name == table for t in s.tables))
+
+    def consumers(self, stage: str) -> tuple[StagePlan, ...]:
+        """Stages reading the output of ``stage``."""
+        return tuple(s for s in self.stages if s.reads(stage, derived=True))
+
+    def depends_on(self, stage: StagePlan, table: str) -> bool:
+        """True when a batch of declared ``table`` reaches ``stage`` (directly or via producers)."""
+        for inp in stage.inputs:
+            if inp.derived:
+                if self.depends_on(self.stage(inp.table), table):
+                    return True
+            elif inp.table.lower() == table.lower():
+                return True
+        return False
+
     def side_tables(self, source: str) -> tuple[StateTable, ...]:
-        """Side tables mirroring declared table ``source`` (empty for single-source views)."""
-        inp = self.join.for_table(source) if self.join else None
-        return tuple(t for t in self.tables if inp is not None and t.side_of == inp.alias)
+        """Top-stage side tables mirroring declared table ``source``."""
+        top = self.top
+        if top.direct:
+            return ()
+        return tuple(top.side_table(i.alias) for i in top.reads(source, derived=False))
 
     def join_delta_sql(self, source: str, batch_view: str, side_views: dict[str, str]) -> str:
-        """Spark SQL for Δ(joined) when a batch of ``source`` lands (see sqlgen.render_join_delta)."""
-        from incr.compiler.sqlgen import render_join_delta
+        """Spark SQL for Δ of the top stage's input when a batch of ``source`` lands."""
+        from incr.compiler.sqlgen import render_stage_delta
 
-        assert self.join is not None
-        return render_join_delta(self.join, self.join.for_table(source), batch_view, side_views)
+        top = self.top
+        changed = {i.alias: (batch_view, 0) for i in top.reads(source, derived=False)}
+        return render_stage_delta(top, changed, side_views)
 
     def table(self, name: str) -> StateTable:
         """The state table called ``name``."""
@@ -216,7 +374,7 @@ class IncrementalPlan:
         raise KeyError(name)
 
     def h_sql(self, table: str, batch_view: str) -> str:
-        """Spark SQL computing h for ``table`` over the batch registered as ``batch_view``."""
+        """Spark SQL computing h for ``table`` over the rows registered as ``batch_view``."""
         from incr.compiler.sqlgen import render_h
 
         hq = next(q for q in self.h if q.table.name == table)
@@ -230,20 +388,24 @@ class IncrementalPlan:
 
     @cached_property
     def state_fingerprint(self) -> str:
-        """Hash of what the state's contents depend on: source schema, θ, h, monoids."""
-        parts = {
-            "source": [self.source, [(c.name, str(c.type)) for c in self.source_columns]],
-            "join": str(self.join),
-            "append_only": self.append_only,
-            "buckets": self.buckets,
+        """Hash of what the state's contents depend on: sources, stages, θ, h, monoids."""
+        parts = [{
+            "stage": s.name,
+            "branches": [str(b) for b in s.branches],
+            "source": [s.source, [(c.name, str(c.type)) for c in s.source_columns]],
+            "append_only": s.append_only,
+            "buckets": s.buckets,
             "tables": [
                 [t.name, [str(k) for k in t.keys], str(t.value_key), t.vanishes, t.side_of,
                  t.bucket_keys,
                  [[v.columns, v.monoid.name, str(v.arg)] for v in t.values]]
-                for t in self.tables
+                for t in s.tables
             ],
-            "where": [str(q.where) for q in self.h],
-        }
+            "where": [str(q.where) for q in s.h],
+            "rows": repr(s.answer) if s.name else None,
+        } for s in self.stages]
+        if self.iteration is not None:  # the state holds rows evaluated against past iterates
+            parts.append({"iteration": repr(self.iteration)})
         return _digest(parts)
 
     @cached_property

@@ -64,14 +64,37 @@ class TableDecl:
 
 
 @dataclass(frozen=True)
+class IterateDecl:
+    """The parts of an iterative view: ``X ← initial; repeat iterations times: X ← step(X)``.
+
+    Written as::
+
+        CREATE VIEW x (k BIGINT, v DOUBLE) AS ITERATE
+          INITIAL (SELECT ...)          -- X0, over declared tables or constants
+          STEP (SELECT ... FROM s ... x ...)   -- reads the previous iterate by the view's name
+          ITERATIONS n [TOLERANCE t];
+
+    The column list types the iterate; its first column is the iterate's key.
+    """
+
+    columns: tuple[Column, ...]
+    initial: str
+    iterations: int
+    tolerance: float = 0.0
+    initial_line: int = 1
+    initial_offset: int = 0
+
+
+@dataclass(frozen=True)
 class ViewDecl:
     """A maintained query; its name is the answer table's name."""
 
     name: str
-    select: str  # the SELECT, as written, in the program dialect
+    select: str  # the SELECT, as written, in the program dialect (an iteration's STEP)
     location: Location
     select_line: int = 1  # line of the SELECT's first character in the program file
     select_offset: int = 0  # character offset of the SELECT in the program file
+    iterate: IterateDecl | None = None  # set for an iterative view
 
 
 @dataclass(frozen=True)
@@ -135,8 +158,11 @@ def parse_program(text: str, path: str = "<program>", name: str | None = None) -
     tables: list[TableDecl] = []
     views: list[ViewDecl] = []
     for chunk_text, line, offset in chunks:
-        statement = _parse_statement(chunk_text, path, line, offset, options.dialect)
         where = Location(path, line)
+        if _ITERATIVE.match(chunk_text):
+            views.append(_iterative_view(chunk_text, path, where, offset, options))
+            continue
+        statement = _parse_statement(chunk_text, path, line, offset, options.dialect)
         if isinstance(statement, exp.Create) and statement.kind == "TABLE":
             tables.append(_table_decl(statement, where, options))
         elif isinstance(statement, exp.Create) and statement.kind == "VIEW":
@@ -290,6 +316,98 @@ def _view_decl(statement: exp.Create, chunk: str, where: Location, offset: int) 
     line = (where.line or 1) + chunk[:start].count("\n")
     return ViewDecl(name=name, select=select_text, location=where, select_line=line,
                     select_offset=offset + start)
+
+
+_ITERATIVE = re.compile(r"\s*CREATE\s+VIEW\s+[^;]*?\bAS\s+ITERATE\b", re.IGNORECASE | re.DOTALL)
+_ITERATE_SYNTAX = ("CREATE VIEW name (key TYPE, col TYPE, ...) AS ITERATE INITIAL (SELECT ...) "
+                   "STEP (SELECT ... FROM ... name ...) ITERATIONS n [TOLERANCE t]")
+
+
+def _iterative_view(chunk: str, path: str, where: Location, offset: int,
+                    options: Options) -> ViewDecl:
+    """Parses ``CREATE VIEW x (cols) AS ITERATE INITIAL (...) STEP (...) ITERATIONS n``."""
+    tokens = sqlglot.Dialect.get_or_raise(options.dialect).tokenize(chunk)
+    pos = 0
+
+    def fail(message: str, tok=None) -> ParseError:
+        line = (where.line or 1) + (tok.line - 1 if tok is not None else 0)
+        return ParseError(f"{message}; an iterative view is written {_ITERATE_SYNTAX}",
+                          Location(path, line, tok.col if tok is not None else None))
+
+    def word() -> str:
+        return tokens[pos].text.upper() if pos < len(tokens) else ""
+
+    def expect(*words: str) -> None:
+        nonlocal pos
+        for w in words:
+            if word() != w:
+                raise fail(f"expected {w}", tokens[pos] if pos < len(tokens) else tokens[-1])
+            pos += 1
+
+    def parenthesised() -> tuple[str, int]:
+        """The text inside balanced parentheses starting at ``pos``, and its start offset."""
+        nonlocal pos
+        if pos >= len(tokens) or tokens[pos].token_type != TokenType.L_PAREN:
+            raise fail("expected (", tokens[min(pos, len(tokens) - 1)])
+        depth, start = 0, tokens[pos].end + 1
+        while pos < len(tokens):
+            kind = tokens[pos].token_type
+            depth += kind == TokenType.L_PAREN
+            depth -= kind == TokenType.R_PAREN
+            if depth == 0:
+                text = chunk[start:tokens[pos].start]
+                pos += 1
+                return text, start
+            pos += 1
+        raise fail("unbalanced parentheses", tokens[-1])
+
+    expect("CREATE", "VIEW")
+    name = tokens[pos].text
+    pos += 1
+    columns_text, _ = parenthesised() if pos < len(tokens) and \
+        tokens[pos].token_type == TokenType.L_PAREN else ("", 0)
+    if not columns_text.strip():
+        raise fail(f"iterative view {name} needs its columns and types, e.g. "
+                   f"CREATE VIEW {name} (k BIGINT, v DOUBLE)", tokens[min(pos, len(tokens) - 1)])
+    decl = _table_decl(_parse_statement(f"CREATE TABLE {name} ({columns_text})", path,
+                                        where.line or 1, offset, options.dialect), where, options)
+    expect("AS", "ITERATE", "INITIAL")
+    initial, initial_at = parenthesised()
+    expect("STEP")
+    step, step_at = parenthesised()
+    expect("ITERATIONS")
+    try:
+        iterations = int(tokens[pos].text)
+        pos += 1
+    except (IndexError, ValueError):
+        raise fail("ITERATIONS takes a whole number", tokens[min(pos, len(tokens) - 1)]) from None
+    tolerance = 0.0
+    if word() == "TOLERANCE":
+        pos += 1
+        sign = ""
+        if pos < len(tokens) and tokens[pos].token_type == TokenType.DASH:
+            sign, pos = "-", pos + 1
+        try:
+            tolerance = float(sign + tokens[pos].text)
+            pos += 1
+        except (IndexError, ValueError):
+            raise fail("TOLERANCE takes a number", tokens[min(pos, len(tokens) - 1)]) from None
+    if pos < len(tokens):
+        raise fail(f"unexpected {tokens[pos].text}", tokens[pos])
+    if not 1 <= iterations <= 999:
+        raise fail(f"ITERATIONS must be between 1 and 999, not {iterations}")
+    if tolerance < 0:
+        raise fail("TOLERANCE must not be negative")
+    for text, at in ((initial, initial_at), (step, step_at)):
+        _parse_statement(text, path, (where.line or 1) + chunk[:at].count("\n"), offset + at,
+                         options.dialect)  # syntax errors point into the file
+    return ViewDecl(name=name, select=step.strip(), location=where,
+                    select_line=(where.line or 1) + chunk[:step_at].count("\n"),
+                    select_offset=offset + step_at,
+                    iterate=IterateDecl(columns=decl.columns, initial=initial.strip(),
+                                        iterations=iterations, tolerance=tolerance,
+                                        initial_line=(where.line or 1) + chunk[:initial_at].count("\n"),
+                                        initial_offset=offset + initial_at))
 
 
 def _check_names(tables: list[TableDecl], views: list[ViewDecl], path: str) -> None:

@@ -8,6 +8,7 @@ Arrow and Spark types; the compiler only needs their names.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from sqlglot import exp
 
@@ -55,6 +56,13 @@ class SqlType:
         return self.name in NUMERIC_TYPES
 
 
+def spark_type_name(t: SqlType) -> str:
+    """Spark SQL DDL spelling of a declared type (TIMESTAMP has no time zone: TIMESTAMP_NTZ)."""
+    if t.name == "DECIMAL":
+        return f"DECIMAL({t.precision},{t.scale})"
+    return {"VARCHAR": "STRING", "TIMESTAMP": "TIMESTAMP_NTZ"}.get(t.name, t.name)
+
+
 def sql_type_of(node: exp.DataType) -> SqlType:
     """Maps a parsed column type to its canonical form.
 
@@ -76,3 +84,37 @@ def sql_type_of(node: exp.DataType) -> SqlType:
     if not 1 <= precision <= 38 or not 0 <= scale <= precision:
         raise ValueError(f"DECIMAL({precision},{scale}) is out of range (precision 1..38)")
     return SqlType(name, precision, scale)
+
+
+def infer_type(expr, table: str, columns) -> SqlType:
+    """sqlglot's type for ``expr`` (a Scalar) over ``columns`` of ``table``, as a SqlType.
+
+    Used for the columns of a nested query's output (which ``incr explain`` shows) and
+    for derived inputs; a type sqlglot cannot tell stays ``UNKNOWN``.  Spark decides the
+    stored types at run time, so nothing here can make state wrong.
+    """
+    name = infer_type_name(expr.sql, table, tuple((c.name, str(c.type)) for c in columns))
+    try:
+        return sql_type_of(exp.DataType.build(name, dialect="duckdb"))
+    except Exception:  # noqa: BLE001 - any type incr does not declare (HUGEINT, ...) is shown as is
+        return SqlType(name)
+
+
+@lru_cache(maxsize=2048)
+def infer_type_name(sql: str, table: str, columns: tuple[tuple[str, str], ...]) -> str:
+    """The DuckDB spelling of the type of ``sql`` over ``columns`` ("UNKNOWN" if unsure)."""
+    import sqlglot
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    schema = {table: dict(columns)}
+    try:
+        select = sqlglot.parse_one(f"SELECT {sql} AS x FROM {table}", read="duckdb")
+        select = qualify(select, schema=schema, dialect="duckdb")
+        typed = annotate_types(select, schema=schema, dialect="duckdb")
+        t = typed.expressions[0].type
+        if not t or t.this == exp.DataType.Type.UNKNOWN:
+            return "UNKNOWN"
+        return t.sql("duckdb").upper().replace("TEXT", "VARCHAR")
+    except Exception:  # noqa: BLE001 - type inference is a courtesy; never fail on it
+        return "UNKNOWN"

@@ -278,7 +278,11 @@ def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str) ->
         if not _parquet_fits(file_type, col.type):
             raise InputError(f"column {col.name} is {file_type} in the file but declared {col.type}",
                              Location(display))
-    df = spark.read.parquet(str(path))
+    reader = spark.read
+    file_schema = _spark_schema(schema, [by_name[c.name] for c in table.columns])
+    if file_schema is not None:  # the footer is read already: spare Spark a job inferring it
+        reader = reader.schema(file_schema)
+    df = reader.parquet(str(path))
     cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
             for c in table.columns]
     df = df.select(*cols, (F.col("_metadata.row_index") + 1).alias(ROW))
@@ -293,6 +297,30 @@ def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str) ->
             raise InputError(f"row {bad[0][ROW]}, column {column}: NULL in a NOT NULL column",
                              Location(display))
     return LoadedBatch(df, meta.num_rows)
+
+
+def _spark_schema(schema: pa.Schema, names: list[str]):
+    """The Spark schema of a Parquet file's ``names`` columns, or None to let Spark infer it.
+
+    Only plain Arrow types are mapped (strings of every layout read as Spark strings);
+    anything else (unsigned or nested types, dictionaries) falls back to Spark's inference,
+    which knows Parquet's physical types better than a mapping here would.
+    """
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    fields = []
+    for name in names:
+        t = schema.field(name).type
+        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            t = pa.string()
+        if pa.types.is_unsigned_integer(t) or pa.types.is_dictionary(t) or pa.types.is_nested(t):
+            return None
+        try:
+            fields.append(StructField(name, from_arrow_type(t), True))
+        except (TypeError, ValueError, NotImplementedError):
+            return None
+    return StructType(fields)
 
 
 def _parquet_fits(file_type: pa.DataType, t: SqlType) -> bool:

@@ -5,10 +5,34 @@ Layout in the warehouse::
     WAREHOUSE/state/<view>/<state fingerprint>/<table>   Delta, partitioned by _bucket
     WAREHOUSE/answers/<view>                             Delta, one version per batch
 
-Each state table and the answer table record the batches they committed, so applying a
-batch to a view is idempotent at every step: after a crash, the tables already at the batch
-are skipped and the rest catch up.  A changed view (new state fingerprint) gets a fresh
-state directory and replays the ledger; the old directory is removed once it caught up.
+A view is one or more stages (see :class:`~incr.compiler.plan.StagePlan`), producers
+first.  A batch of a source flows through every stage it reaches, in order.  Changes move
+between stages as *signed rows* (``_w``: +n copies in, -n copies out): a batch of a
+source is all +1 or all -1, and a stage whose output feeds another hands on, per batch, the
+rows its output lost (old values of the groups the batch touched) and gained (new values).
+
+Per stage and batch:
+
+1. Δ of the stage's input: the changed input itself, or for a join the sum over the subsets
+   of changed inputs joined with the other inputs' side tables (before this batch).
+2. Its main tables (aggregate state and bags) are updated:
+
+   * *fast path*, when every row of Δ has the same sign and no stage reads this one:
+     ``MERGE state ⊗ h(Δ)`` (or ⊗̃), the Delta MERGE of the seed paper;
+   * otherwise the new rows of the touched keys are computed in Spark as
+     ``old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)`` with the same monoid expressions, the stage's output change
+     (new rows minus old rows of those keys) is written to its *outbox*, and the new rows
+     replace the old ones in one MERGE.
+
+3. The side tables of the changed inputs are updated with a signed MERGE (⊗±).
+
+Every table records the batches it committed, so applying a batch is idempotent at every
+step: after a crash, tables already at the batch are skipped and the rest catch up.  The
+order (outbox, then main tables, then side tables) keeps each recomputation identical to
+the first attempt: Δ reads side tables that only change last, and the outbox is written
+before the state it is computed from changes.  A changed view (new state fingerprint)
+gets a fresh state directory and replays the ledger; the old directory is removed once it
+caught up.
 """
 
 from __future__ import annotations
@@ -20,7 +44,16 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incr.compiler.plan import BUCKET, IncrementalPlan, MergeSpec, StateTable
+from incr.compiler.plan import BUCKET, ROW_COUNT, WEIGHT, IncrementalPlan, MergeSpec, StagePlan, StateTable
+from incr.compiler.sqlgen import (
+    delta_sign,
+    q,
+    render_anti_delta,
+    render_combined,
+    render_explode,
+    render_rows,
+    render_stage_delta,
+)
 from incr.errors import StorageError
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
@@ -33,6 +66,7 @@ if TYPE_CHECKING:
 
 COMPACT_FILES_PER_BUCKET = 4
 ANSWER_FP = "incr.answer_fingerprint"
+SIGNED = "signed"
 
 
 @dataclass
@@ -49,6 +83,16 @@ class ViewMetrics:
     tables: dict[str, dict] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Delta:
+    """Δ of a stage's input: a registered view, its sign (0: mixed) and whether its rows are
+    plain (a source batch, one copy per row, no ``_w``) rather than signed."""
+
+    view: str
+    sign: int
+    plain: bool = False
+
+
 class ViewRuntime:
     """The state and answer tables of one view, and how batches reach them."""
 
@@ -60,18 +104,23 @@ class ViewRuntime:
         self.view_root = warehouse / "state" / plan.view
         self.state_root = self.view_root / plan.state_fingerprint
         self.answer_path = warehouse / "answers" / plan.view
+        self._ready = False
+        self._temp: list[str] = []
+        self._cached: list[DataFrame] = []
 
     def table_path(self, table: str) -> Path:
         return self.state_root / table
 
-    def state_through(self) -> int:
-        """The last batch every main state table has applied (-1: none).
+    def _through(self, table: str) -> int:
+        return self.store.applied_through(self.table_path(table))
 
-        Side tables of a join view only see their own input's batches, and a batch's side
-        update commits before its answer, so the answer covers them.
+    def state_through(self) -> int:
+        """The last batch every main state table of the view's own stage has applied (-1: none).
+
+        Every batch the view reads reaches its own stage (all stages feed it), and a batch's
+        other tables commit before the answer, so the answer covers them.
         """
-        return min(self.store.applied_through(self.table_path(t.name))
-                   for t in self.plan.main_tables)
+        return min(self._through(t.name) for t in self.plan.main_tables)
 
     def answer_through(self) -> int:
         """The batch the answer table reflects (-1: none, or written by another answer query)."""
@@ -83,42 +132,39 @@ class ViewRuntime:
         """The last batch fully applied: state and answer (-1: none)."""
         return min(self.state_through(), self.answer_through())
 
+    # -- temporary views ---------------------------------------------------------------------
+    def _view(self, name: str, df: DataFrame, cache: bool = False) -> str:
+        full = f"incr_{self.plan.view}_{name}"
+        if cache:
+            df = df.cache()
+            self._cached.append(df)
+        df.createOrReplaceTempView(full)
+        self._temp.append(full)
+        return full
+
+    def _sql_view(self, name: str, sql: str, cache: bool = False) -> str:
+        return self._view(name, self.spark.sql(sql), cache)
+
+    def _release(self) -> None:
+        for name in self._temp:
+            self.spark.catalog.dropTempView(name)
+        for df in self._cached:
+            df.unpersist()
+        self._temp, self._cached = [], []
+
+    def _state_view(self, table: str) -> str:
+        return self._view(f"state_{table}", read_delta(self.spark, self.store,
+                                                       str(self.table_path(table))))
+
     # -- one batch ---------------------------------------------------------------------------
     def apply(self, batch: int, kind: str, source: str, batch_view: str) -> ViewMetrics:
-        """Folds a batch of ``source`` (temp view ``batch_view``) into state, then publishes a.
-
-        For a join view, h reads Δjoined: the batch joined with the other inputs' side tables;
-        the batch's own side table is updated after the main tables, so Δjoined never meets
-        its own rows, and a re-run after a crash computes the same Δjoined.
-        """
+        """Folds a batch of ``source`` (temp view ``batch_view``) into state, then publishes a."""
         metrics = ViewMetrics(self.plan.view, batch)
-        specs = self.plan.diminish if kind == DELETE else self.plan.merge
-        if kind == DELETE and len(specs) != len(self.plan.tables):
-            raise StorageError(f"view {self.plan.view}: {self.plan.source} is append-only, yet a "
-                               f"delete batch reached it")
-        by_table = {s.table: s for s in specs}
-        pending = [t for t in (*self.plan.main_tables, *self.plan.side_tables(source))
-                   if self.store.applied_through(self.table_path(t.name)) < batch]
-        joined = None
-        if self.plan.join is not None and any(t.side_of is None for t in pending):
-            joined = self._join_delta(source, batch_view)
-        for table in pending:
-            feed = batch_view if table.side_of is not None or joined is None else joined
-            faults.crash_point("view.before_merge", batch)
-            t0 = time.perf_counter()
-            delta = self.spark.sql(self.plan.h_sql(table.name, feed)).toArrow()
-            t1 = time.perf_counter()
-            touched = self._merge(table, by_table[table.name], delta, batch, kind)
-            t2 = time.perf_counter()
-            metrics.h_s += t1 - t0
-            metrics.merge_s += t2 - t1
-            metrics.state_rows_touched += touched
-            metrics.tables[table.name] = {"h_rows": delta.num_rows, "h_s": t1 - t0,
-                                          "merge_s": t2 - t1}
-            faults.crash_point("view.after_merge", batch)
-        if joined is not None:
-            self.spark.catalog.dropTempView(joined)
-            self._joined_df.unpersist()
+        if kind == DELETE and any(s.append_only and self.plan.depends_on(s, source)
+                                  for s in self.plan.stages):
+            raise StorageError(f"view {self.plan.view}: {source} is append-only, yet a delete "
+                               f"batch reached it")
+        self.fold(batch, source, batch_view, -1 if kind == DELETE else 1, metrics)
         faults.crash_point("view.after_state", batch)
         t3 = time.perf_counter()
         metrics.answer_rows = self.publish(batch)
@@ -126,46 +172,213 @@ class ViewRuntime:
         faults.crash_point("view.after_answer", batch)
         return metrics
 
-    def _register_state(self, table: StateTable) -> str:
-        name = f"incr_state_{self.plan.view}_{table.name}"
-        read_delta(self.spark, self.store, str(self.table_path(table.name))).createOrReplaceTempView(name)
-        return name
+    def fold(self, batch: int, source: str, view: str, sign: int, metrics: ViewMetrics) -> None:
+        """Folds changes of ``source`` into every stage they reach; the answer is not written.
 
-    def _join_delta(self, source: str, batch_view: str) -> str:
-        """Registers Δjoined for a batch of ``source`` (cached: every main table's h reads it)."""
-        assert self.plan.join is not None
-        sides = {}
-        for inp in self.plan.join.inputs:
-            if inp.table.lower() == source.lower():
-                continue
-            table = self.plan.table(f"side_{inp.alias}")
-            if self.store.exists(self.table_path(table.name)):
-                sides[inp.alias] = self._register_state(table)
-            else:  # that input has had no batch yet: the join is empty
-                return self._as_view(self.spark.createDataFrame(
-                    arrow_schema(self.plan.source_columns).empty_table()))
-        return self._as_view(self.spark.sql(self.plan.join_delta_sql(source, batch_view, sides))
-                             .cache())
+        ``view`` holds plain rows, all inserted (``sign`` +1) or all deleted (-1), or with
+        ``sign`` 0 signed rows (a ``_w`` column of ±copies).  ``batch`` is the number every
+        table records, which makes folding it again a no-op.
+        """
+        self.ensure_tables()
+        reached = [s for s in self.plan.stages if self.plan.depends_on(s, source)]
+        names = {s.name for s in reached}
+        moved = {(s.name, i.alias) for s in reached for i in s.inputs
+                 if (i.derived and i.table in names) or
+                 (not i.derived and i.table.lower() == source.lower())}
+        tables = [t.name for s in reached for t in s.tables
+                  if t.side_of is None or (s.name, t.side_of) in moved]
+        tables += [s.outbox for s in reached if self.plan.consumers(s.name)]
+        if all(self._through(t) >= batch for t in tables):
+            return  # committed everywhere (and outboxes may have moved on to later numbers)
+        batch_view = view
+        try:
+            if sign == 0:
+                signed = view
+            else:
+                signed = self._sql_view(f"batch_{source}", f"SELECT *, CAST({sign} AS BIGINT) "
+                                        f"AS {q(WEIGHT)} FROM {view}")
+            outboxes: dict[str, str] = {}
+            for stage in self.plan.stages:
+                if not self.plan.depends_on(stage, source):
+                    continue
+                changes: dict[str, tuple[str, int]] = {}
+                for inp in stage.inputs:
+                    if inp.derived and inp.table in outboxes:
+                        changes[inp.alias] = (outboxes[inp.table], 0)
+                    elif not inp.derived and inp.table.lower() == source.lower():
+                        changes[inp.alias] = (signed, sign)
+                self._apply_stage(stage, batch, changes, batch_view, metrics)
+                if self.plan.consumers(stage.name):
+                    outboxes[stage.name] = self._outbox_view(stage, batch)
+        finally:
+            self._release()
 
-    def _as_view(self, df: DataFrame) -> str:
-        name = f"incr_joined_{self.plan.view}"
-        self._joined_df = df
-        df.createOrReplaceTempView(name)
-        return name
+    def _apply_stage(self, stage: StagePlan, batch: int, changes: dict[str, tuple[str, int]],
+                     batch_view: str, metrics: ViewMetrics) -> None:
+        pending = [t for t in stage.main_tables if self._through(t.name) < batch]
+        sides = [t for t in stage.tables if t.side_of is not None and t.side_of in changes]
+        pending_sides = [t for t in sides if self._through(t.name) < batch]
+        outbox = bool(self.plan.consumers(stage.name)) and \
+            self.store.applied_through(self.table_path(stage.outbox)) < batch
+        if pending or outbox:
+            delta = self._stage_delta(stage, changes, batch_view)
+            if delta.sign != 0 and not outbox:
+                self._fast_merge(stage, pending, delta, batch, metrics)
+            else:
+                self._combine_merge(stage, pending, delta, batch, outbox, metrics)
+        for table in pending_sides:
+            t0 = time.perf_counter()
+            delta = self.spark.sql(self.plan.h_sql(table.name, changes[table.side_of][0])).toArrow()
+            t1 = time.perf_counter()
+            spec = next(s for s in stage.signed if s.table == table.name)
+            touched = self._merge(table, spec, delta, batch, SIGNED)
+            self._record(metrics, table.name, delta.num_rows, t1 - t0, time.perf_counter() - t1,
+                         touched)
 
+    def _stage_delta(self, stage: StagePlan, changes: dict[str, tuple[str, int]],
+                     batch_view: str) -> _Delta:
+        """Δ of the stage's input as a registered view of signed rows, with its sign.
+
+        A direct stage over a declared source reads the batch itself (plain rows, one copy
+        each, all of the batch's sign).
+        """
+        if stage.direct:
+            (view, sign), = changes.values()
+            return _Delta(batch_view, sign, plain=True) if sign != 0 else _Delta(view, 0)
+        sides = {t.side_of: self._state_view(t.name) for t in stage.tables if t.side_of}
+        anti = {}
+        for branch in stage.branches:
+            for a in branch.join.anti:
+                if a.input.alias in changes and a.input.alias not in anti:
+                    anti[a.input.alias] = self._sql_view(
+                        f"dz_{stage.name}_{a.input.alias}",
+                        render_anti_delta(a, changes[a.input.alias][0], sides[a.input.alias]),
+                        cache=True)
+        sql = render_stage_delta(stage, changes, sides, anti)
+        assert sql is not None, f"stage {stage.name} was reached, yet none of its inputs changed"
+        return _Delta(self._sql_view(f"delta_{stage.name}", sql, cache=True),
+                      delta_sign(stage, changes))
+
+    def _rows(self, delta: _Delta, stage: StagePlan, positive: bool | None) -> str:
+        """Plain rows (one per copy) of the insertions, deletions or (None) all of Δ."""
+        if delta.plain:
+            return delta.view
+        return self._sql_view(f"rows_{stage.name}_{positive}", render_explode(delta.view, positive))
+
+    def _fast_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
+                    batch: int, metrics: ViewMetrics) -> None:
+        """``MERGE state ⊗ h(Δ)`` (⊗̃ for deletions) per pending table: Δ has one sign."""
+        sign = delta.sign
+        rows = self._rows(delta, stage, None)
+        specs = {s.table: s for s in (stage.diminish if sign < 0 else stage.merge)}
+        for table in pending:
+            faults.crash_point("view.before_merge", batch)
+            t0 = time.perf_counter()
+            h = self.spark.sql(self.plan.h_sql(table.name, rows)).toArrow()
+            t1 = time.perf_counter()
+            touched = self._merge(table, specs[table.name], h, batch, DELETE if sign < 0 else "insert")
+            self._record(metrics, table.name, h.num_rows, t1 - t0, time.perf_counter() - t1, touched)
+            faults.crash_point("view.after_merge", batch)
+
+    def _combine_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
+                       batch: int, outbox: bool, metrics: ViewMetrics) -> None:
+        """New rows of the touched keys computed in Spark, the outbox written, then upserts."""
+        t0 = time.perf_counter()
+        if delta.plain:  # a batch of a source: one sign, one copy per row
+            rows = self._sql_view(f"rows_{stage.name}", f"SELECT * FROM {delta.view}")
+            empty = self._sql_view(f"none_{stage.name}", f"SELECT * FROM {delta.view} WHERE FALSE")
+            plus, minus = (rows, empty) if delta.sign > 0 else (empty, rows)
+        else:
+            plus = self._rows(delta, stage, True)
+            minus = self._rows(delta, stage, False)
+        merges = {s.table: s for s in stage.merge}
+        diminishes = {s.table: s for s in stage.diminish}
+        old_views: dict[str, str] = {}
+        new_views: dict[str, str] = {}
+        changed: dict[str, str] = {}
+        main = stage.main_tables[0]
+        touched_keys = None
+        for table in stage.main_tables:
+            hp = self._sql_view(f"hp_{table.name}", self.plan.h_sql(table.name, plus), cache=True)
+            hn = self._sql_view(f"hn_{table.name}", self.plan.h_sql(table.name, minus), cache=True)
+            theta = [k.name for k in table.keys]
+            if table is main:
+                touched_keys = self._sql_view(
+                    f"touched_{stage.name}",
+                    f"SELECT DISTINCT {', '.join([q(BUCKET)] + [q(k) for k in theta])} FROM "
+                    f"(SELECT * FROM {hp} UNION ALL SELECT * FROM {hn})", cache=True)
+            # Old rows: every row of a touched θ (a bag's unchanged values count for a too).
+            on = " AND ".join([f"t.{q(BUCKET)} = k.{q(BUCKET)}"] +
+                              [f"t.{q(k)} <=> k.{q(k)}" for k in theta])
+            state = self._state_view(table.name)
+            old = self._sql_view(f"old_{table.name}",
+                                 f"SELECT t.* FROM {state} AS t LEFT SEMI JOIN {touched_keys} AS k "
+                                 f"ON {on}", cache=True)
+            has_minus = diminishes.get(table.name) is not None
+            new = self._sql_view(f"new_{table.name}", render_combined(
+                table, merges[table.name], diminishes.get(table.name), old, hp,
+                hn if has_minus else None), cache=True)
+            keys = ", ".join([q(BUCKET)] + [q(k) for k in table.key_columns])
+            changed[table.name] = self._sql_view(
+                f"changed_{table.name}",
+                f"SELECT n.* FROM {new} AS n LEFT SEMI JOIN (SELECT DISTINCT {keys} FROM "
+                f"(SELECT * FROM {hp} UNION ALL SELECT * FROM {hn})) AS k ON "
+                + " AND ".join([f"n.{q(BUCKET)} = k.{q(BUCKET)}"] +
+                               [f"n.{q(c)} <=> k.{q(c)}" for c in table.key_columns]))
+            live = f" WHERE {q(ROW_COUNT)} <> 0" if table.vanishes else ""
+            old_views[table.name] = old
+            new_views[table.name] = self._sql_view(f"live_{table.name}", f"SELECT * FROM {new}{live}")
+        metrics.h_s += time.perf_counter() - t0
+        if outbox:
+            self._write_outbox(stage, old_views, new_views, batch)
+        for table in pending:
+            faults.crash_point("view.before_merge", batch)
+            t1 = time.perf_counter()
+            rows = self.spark.sql(f"SELECT * FROM {changed[table.name]}").toArrow()
+            t2 = time.perf_counter()
+            touched = self._upsert(table, rows, batch)
+            self._record(metrics, table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
+            faults.crash_point("view.after_merge", batch)
+
+    def _write_outbox(self, stage: StagePlan, old: dict[str, str], new: dict[str, str],
+                      batch: int) -> None:
+        """Writes the stage's output change: its new rows of the touched keys minus the old."""
+        before = render_rows(stage.answer, old)
+        after = render_rows(stage.answer, new)
+        cols = ", ".join(q(c) for c in stage.output)
+        sql = (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM (\n"
+               f"SELECT * FROM ({after})\nUNION ALL\nSELECT {cols}, -{q(WEIGHT)} AS {q(WEIGHT)} "
+               f"FROM ({before})) GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")
+        data = self.spark.sql(sql).toArrow()
+        path = self.table_path(stage.outbox)
+        target = pa.schema(self.store.table(path).schema().to_arrow())
+        self.store.write(path, data.cast(nullable(target)), mode="overwrite", batch=batch)
+
+    def _outbox_view(self, stage: StagePlan, batch: int) -> str:
+        path = self.table_path(stage.outbox)
+        through = self.store.applied_through(path)
+        if through != batch:
+            raise StorageError(f"view {self.plan.view}: the output changes of stage {stage.name} "
+                               f"are at batch {through}, not {batch}; rebuild the view (delete "
+                               f"WAREHOUSE/state/{self.plan.view})")
+        return self._view(f"out_{stage.name}", read_delta(self.spark, self.store, str(path)))
+
+    def _record(self, metrics: ViewMetrics, table: str, rows: int, h_s: float, merge_s: float,
+                touched: int) -> None:
+        metrics.h_s += h_s
+        metrics.merge_s += merge_s
+        metrics.state_rows_touched += touched
+        metrics.tables[table] = {"h_rows": rows, "h_s": h_s, "merge_s": merge_s}
+
+    # -- writing state -----------------------------------------------------------------------
     def _merge(self, table: StateTable, spec: MergeSpec, delta: pa.Table, batch: int,
                kind: str) -> int:
         path = self.table_path(table.name)
         sort_by = (BUCKET, *table.key_columns)
-        if not self.store.exists(path):
-            if kind == DELETE and delta.num_rows:
-                raise StorageError(f"view {self.plan.view}: deletions reached state table "
-                                   f"{table.name} before any insert; the row index should "
-                                   f"have rejected them")
+        if kind != DELETE and delta.num_rows and self.store.is_empty(path):
             # state ⊗ h(ΔS) with an empty state is h(ΔS) itself.
-            data = delta.sort_by([(c, "ascending") for c in sort_by]) if delta.num_rows else delta
-            self.store.write(path, data.cast(nullable(delta.schema)), mode="append", batch=batch,
-                             partition_by=[BUCKET], description=self._description(table))
+            data = delta.sort_by([(c, "ascending") for c in sort_by])
+            self.store.append(path, data, batch=batch)
             return delta.num_rows
         merge = (self.store.merge(path, delta)
                  .on(spec.keys, buckets=delta.column(BUCKET).to_pylist())
@@ -182,15 +395,107 @@ class ViewRuntime:
         self.store.compact(path, sort_by, COMPACT_FILES_PER_BUCKET * self.plan.buckets)
         return result.source_rows
 
-    def _description(self, table: StateTable) -> str:
-        return (f"incr state {table.name} of view {self.plan.view} (program {self.plan.program}, "
-                f"state {self.plan.state_fingerprint}); keyed by {', '.join(table.key_columns) or '()'}")
+    def _upsert(self, table: StateTable, rows: pa.Table, batch: int) -> int:
+        """Replaces the touched rows by their new values; a vanishing row at count 0 goes."""
+        path = self.table_path(table.name)
+        gone = f"s.{ROW_COUNT} = 0" if table.vanishes else None
+        merge = (self.store.merge(path, rows)
+                 .on(table.key_columns, buckets=rows.column(BUCKET).to_pylist())
+                 .when_matched_delete(gone)
+                 .when_matched_update_all()
+                 .when_not_matched_insert_all(f"s.{ROW_COUNT} <> 0" if table.vanishes else None))
+        result = merge.for_batch(batch).execute()
+        self.store.compact(path, (BUCKET, *table.key_columns),
+                           COMPACT_FILES_PER_BUCKET * self.plan.buckets)
+        return result.source_rows
+
+    def _description(self, name: str, keys: tuple[str, ...]) -> str:
+        return (f"incr state {name} of view {self.plan.view} (program {self.plan.program}, "
+                f"state {self.plan.state_fingerprint}); keyed by {', '.join(keys) or '()'}")
+
+    # -- creating the state: h(∅) -------------------------------------------------------------
+    def ensure_tables(self) -> None:
+        """Creates every missing state table with its content for no input at all, h(∅).
+
+        That is empty for grouped state, the identity row for a global aggregate (SQL
+        answers one row over no rows), and for a side table mirroring a stage, that
+        stage's output over nothing.  Spark computes it all over empty sources, which also
+        fixes every table's schema before the first batch, whichever source it comes from.
+        """
+        if self._ready:
+            return
+        paths = [t.name for t in self.plan.tables]
+        paths += [s.outbox for s in self.plan.stages if self.plan.consumers(s.name)]
+        if all(self.store.exists(self.table_path(p)) for p in paths):
+            self._ready = True
+            return
+        try:
+            self._create_tables()
+        finally:
+            self._release()
+        self._ready = True
+
+    def _create_tables(self) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        sources = {}
+        for decl in self.plan.source_tables:
+            name = decl.name
+            empty = arrow_schema(decl.columns).empty_table()
+            empty = empty.append_column(WEIGHT, pa.array([], pa.int64()))
+            sources[name.lower()] = self._view(f"empty_{name}", self.spark.createDataFrame(empty))
+        outputs: dict[str, str] = {}
+        for stage in self.plan.stages:
+            inputs = {i.alias: (outputs[i.table] if i.derived else sources[i.table.lower()], 0)
+                      for i in stage.inputs}
+            sides: dict[str, str] = {}
+            for table in stage.tables:
+                if table.side_of is None:
+                    continue
+                df = self.spark.sql(self.plan.h_sql(table.name, inputs[table.side_of][0]))
+                sides[table.side_of] = self._view(f"init_{table.name}", df)
+                self._create(table.name, df, table.key_columns, to_arrow_schema)
+            if stage.direct:
+                delta = inputs[stage.inputs[0].alias][0]
+            else:  # one changed input per branch: every branch's columns, as one union
+                empty_sides = {a: self._sql_view(f"void_{a}", f"SELECT * FROM {v} WHERE FALSE")
+                               for a, v in sides.items()}
+                first = {b.join.inputs[0].alias for b in stage.branches}
+                anti = {a.input.alias: render_anti_delta(a, inputs[a.input.alias][0],
+                                                         empty_sides[a.input.alias])
+                        for b in stage.branches for a in b.join.anti if a.input.alias in first}
+                delta = self._sql_view(f"init_delta_{stage.name}", render_stage_delta(
+                    stage, {a: inputs[a] for a in first}, empty_sides, anti))
+            rows = self._sql_view(f"init_rows_{stage.name}", f"SELECT * FROM {delta} WHERE FALSE")
+            state: dict[str, str] = {}
+            for table in stage.main_tables:
+                df = self.spark.sql(self.plan.h_sql(table.name, rows))
+                state[table.name] = self._view(f"init_{table.name}", df)
+                self._create(table.name, df, table.key_columns, to_arrow_schema)
+            out = self.spark.sql(render_rows(stage.answer, state))
+            outputs[stage.name] = self._view(f"init_out_{stage.name}", out)
+            if self.plan.consumers(stage.name):
+                self._create(stage.outbox, out.where("FALSE"), (), to_arrow_schema)
+
+    def _create(self, table: str, df: DataFrame, keys: tuple[str, ...], to_arrow_schema) -> None:
+        path = self.table_path(table)
+        if self.store.exists(path):
+            return
+        data = df.toArrow()
+        schema = nullable(to_arrow_schema(df.schema))
+        data = data.cast(schema) if data.num_rows else schema.empty_table()
+        partition = [BUCKET] if BUCKET in schema.names else None
+        self.store.write(path, data, mode="append", batch=None, partition_by=partition,
+                         description=self._description(table, keys))
 
     # -- the answer --------------------------------------------------------------------------
     def compute_answer(self) -> pa.Table:
         """a(state) from the current state tables."""
-        views = {t.name: self._register_state(t) for t in self.plan.main_tables}
-        return self.spark.sql(self.plan.answer_sql(views)).toArrow()
+        try:
+            views = {t.name: self._state_view(t.name) for t in self.plan.main_tables}
+            return self.spark.sql(self.plan.answer_sql(views)).toArrow()
+        finally:
+            self._release()
 
     def publish(self, batch: int) -> int:
         """Writes a(state) as the answer table's version for ``batch`` (once)."""

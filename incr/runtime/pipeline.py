@@ -31,6 +31,7 @@ from incr.compiler.program import TableDecl
 from incr.errors import InputError, Location, StorageError
 from incr.runtime import faults
 from incr.runtime.ingest import LoadedBatch, load_batch
+from incr.runtime.iterate import view_runtime
 from incr.runtime.landing import DELETE, INSERT, discover, sha256_of
 from incr.runtime.ledger import Batch, Ledger
 from incr.runtime.lock import locked
@@ -127,7 +128,7 @@ class Pipeline:
     @property
     def views(self) -> dict[str, ViewRuntime]:
         if self._views is None:
-            self._views = {p.view: ViewRuntime(p, self.store, self.spark, self.warehouse)
+            self._views = {p.view: view_runtime(p, self.store, self.spark, self.warehouse)
                            for p in self.compiled.plans}
         return self._views
 

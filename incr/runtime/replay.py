@@ -103,7 +103,8 @@ def replay(compiled: CompiledProgram, landing: Path, warehouse: Path, spark: Spa
         t1 = time.perf_counter()
         recomputed = recompute(spark, compiled, landing, batches[: i + 1])
         recompute_s = time.perf_counter() - t1
-        mismatches = _check(compiled, landing, warehouse, spark, batches[: i + 1], recomputed) \
+        mismatches = check_answers(compiled, landing, warehouse, spark, batches[: i + 1],
+                                   recomputed) \
             if check else []
         n = report.applied[0].rows if report.applied else 0
         row = ReplayRow(batch.seq, batch.kind, batch.path, n, incremental, recompute_s, mismatches)
@@ -115,8 +116,9 @@ def replay(compiled: CompiledProgram, landing: Path, warehouse: Path, spark: Spa
     return rows
 
 
-def _check(compiled: CompiledProgram, landing: Path, warehouse: Path, spark: SparkSession,
-           batches: list, recomputed: dict[str, pa.Table]) -> list[str]:
+def check_answers(compiled: CompiledProgram, landing: Path, warehouse: Path, spark: SparkSession,
+                  batches: list, recomputed: dict[str, pa.Table]) -> list[str]:
+    """Each answer table against DuckDB and the Spark recompute over the same live rows."""
     sources = {s for p in compiled.plans for s in p.sources}
     live = {s: live_dataframe(spark, compiled, landing, s, batches).toArrow() for s in sources}
     problems = []

@@ -133,6 +133,16 @@ class DeltaStore:
         except DeltaError as e:
             raise StorageError(f"writing the Delta table at {path} failed: {e}") from e
 
+    def is_empty(self, path: str | Path) -> bool:
+        """True when the table holds no data file (no rows)."""
+        return not self.table(path).file_uris()
+
+    def append(self, path: str | Path, data: pa.Table, *, batch: int | None) -> None:
+        """Appends ``data`` cast to the table's schema, recording ``batch`` in the commit."""
+        dt = self.table(path)
+        target = pa.schema(dt.schema().to_arrow())
+        self.write(path, data.select(target.names).cast(target), mode="append", batch=batch)
+
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
         """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""
         return Merge(self, Path(path), source)
@@ -171,7 +181,9 @@ class Merge:
         self._predicate: str | None = None
         self._delete_when: str | None = None
         self._updates: dict[str, str] | None = None
+        self._update_all = False
         self._insert = False
+        self._insert_when: str | None = None
         self._batch: int | None = None
         self._metadata: Mapping[str, str] | None = None
 
@@ -193,9 +205,15 @@ class Merge:
         self._updates = dict(updates)
         return self
 
-    def when_not_matched_insert_all(self) -> Merge:
-        """Inserts source rows that match no target row."""
+    def when_matched_update_all(self) -> Merge:
+        """Replaces matched rows by the source rows (the source holds the combined state)."""
+        self._update_all = True
+        return self
+
+    def when_not_matched_insert_all(self, predicate: str | None = None) -> Merge:
+        """Inserts source rows that match no target row (those satisfying ``predicate``)."""
         self._insert = True
+        self._insert_when = predicate
         return self
 
     def for_batch(self, batch: int, metadata: Mapping[str, str] | None = None) -> Merge:
@@ -223,8 +241,10 @@ class Merge:
                 builder = builder.when_matched_delete(predicate=self._delete_when)
             if self._updates:
                 builder = builder.when_matched_update(updates=self._updates)
+            if self._update_all:
+                builder = builder.when_matched_update_all()
             if self._insert:
-                builder = builder.when_not_matched_insert_all()
+                builder = builder.when_not_matched_insert_all(predicate=self._insert_when)
             try:
                 raw = builder.execute()
             except DeltaError as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from incr.compiler.program import Column
-from incr.compiler.types import SqlType
+from incr.compiler.types import SqlType, spark_type_name
 
 
 def arrow_type(t: SqlType) -> pa.DataType:
@@ -29,9 +29,7 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
 
 def spark_type(t: SqlType) -> str:
     """Spark SQL DDL spelling of a declared type (TIMESTAMP has no time zone: TIMESTAMP_NTZ)."""
-    if t.name == "DECIMAL":
-        return f"DECIMAL({t.precision},{t.scale})"
-    return {"VARCHAR": "STRING", "TIMESTAMP": "TIMESTAMP_NTZ"}.get(t.name, t.name)
+    return spark_type_name(t)
 
 
 def nullable(schema: pa.Schema) -> pa.Schema:

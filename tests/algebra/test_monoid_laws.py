@@ -25,8 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from incr.algebra.monoids import (ALL, Count, Element, Max, Min, Moments, Monoid, NoInverse,
-                                  Sum, close)
+from incr.algebra.monoids import ALL, Count, Element, Max, Min, Moments, Monoid, NoInverse, Sum, close
 
 EXAMPLES = settings(max_examples=100, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -29,9 +29,10 @@ def test_join_view_keeps_a_side_table_per_input_bucketed_by_its_join_key():
     assert [t.name for t in plan.main_tables] == ["main"]
     assert [t.name for t in plan.side_tables("items")] == ["side_i"]
     sql = plan.join_delta_sql("orders", "delta", {"i": "side_i_view"})
-    assert "FROM (SELECT `okey` AS `o__okey`, `cust` AS `o__cust` FROM delta) AS `o`" in sql
-    assert "JOIN (SELECT * FROM side_i_view WHERE `_n` > 0) AS `i`" in sql
-    assert "explode(sequence(CAST(1 AS BIGINT), `i`.`_n`))" in sql
+    assert "FROM (SELECT `okey` AS `o__okey`, `cust` AS `o__cust`, `_w` FROM delta) AS `o`" in sql
+    assert "JOIN (SELECT * FROM side_i_view) AS `i` ON `o`.`o__okey` = `i`.`i__okey`" in sql
+    # Each joined row carries the product of the multiplicities: the batch's sign times the count.
+    assert "CAST(`o`.`_w` * `i`.`_n` AS BIGINT) AS `_w`" in sql
     # The ON filter on one input is a filter of the joined rows (an inner join).
     assert "i__qty > 0" in str(plan.h[0].where)
 
@@ -42,7 +43,7 @@ def test_three_way_join_joins_every_input_through_an_equality():
     sql = plan.join_delta_sql("custs", "delta", {"o": "so", "i": "si"})
     # custs joins orders first (the only input it shares a key with), then items.
     assert sql.index("AS `o` ON") < sql.index("AS `i` ON")
-    assert "`o`.`_n` * `i`.`_n`" in sql
+    assert "`c`.`_w` * `o`.`_n` * `i`.`_n`" in sql
 
 
 def test_plain_join_view_is_a_bag_of_joined_rows():
@@ -53,11 +54,16 @@ def test_plain_join_view_is_a_bag_of_joined_rows():
 
 @pytest.mark.parametrize("select, fragment", [
     ("SELECT o.cust FROM orders o JOIN items i ON o.okey < i.okey", "non-equi join"),
-    ("SELECT o.cust FROM orders o LEFT JOIN items i ON o.okey = i.okey", "LEFT OUTER JOIN"),
+    ("SELECT o.cust FROM orders o LEFT JOIN items i ON o.okey = i.okey AND o.cust > i.okey",
+     "LEFT JOIN condition"),
     ("SELECT o.cust FROM orders o CROSS JOIN items i", "cross or non-equi join"),
     ("SELECT o.cust FROM orders o JOIN items i USING (okey)", "USING"),
-    ("SELECT o.cust FROM orders o JOIN orders p ON o.okey = p.okey", "self-join"),
-    ("SELECT o.cust FROM orders o JOIN (SELECT * FROM items) i ON o.okey = i.okey", "subquery"),
+    ("SELECT o.cust FROM orders o JOIN custs c ON o.cust = c.cust FULL JOIN items i "
+     "ON o.okey = i.okey", "FULL JOIN after other joins"),
+    ("SELECT o.cust FROM orders o WHERE o.okey NOT IN (SELECT i.okey FROM items i "
+     "WHERE i.qty > o.okey)", "NOT IN (subquery)"),
+    ("SELECT o.cust FROM orders o JOIN (SELECT okey FROM items LIMIT 3) i ON o.okey = i.okey",
+     "LIMIT/OFFSET in a nested query"),
 ])
 def test_refused_joins_name_the_construct(select, fragment):
     with pytest.raises(NotIncrementalizableError) as info:
@@ -76,3 +82,75 @@ def test_join_name_errors(select, fragment):
     with pytest.raises(CompileError) as info:
         plan_of(select)
     assert fragment in info.value.message
+
+
+def test_self_join_keeps_a_side_table_per_alias():
+    plan = plan_of("SELECT o.cust, COUNT(*) AS n FROM orders o JOIN orders p ON o.okey = p.okey "
+                   "GROUP BY o.cust")
+    assert plan.sources == ("orders",)
+    assert [t.name for t in plan.tables] == ["main", "side_o", "side_p"]
+    # A batch of orders changes both aliases: ΔO ⋈ P, O ⋈ ΔP and ΔO ⋈ ΔP.
+    sql = plan.join_delta_sql("orders", "delta", {"o": "so", "p": "sp"})
+    assert sql.count("UNION ALL") == 2
+
+
+def test_left_join_is_a_matched_and_an_unmatched_branch():
+    plan = plan_of("SELECT o.cust, COUNT(i.price) AS n FROM orders o LEFT JOIN items i "
+                   "ON o.okey = i.okey AND i.qty > 0 GROUP BY o.cust")
+    matched, unmatched = plan.top.branches
+    assert [i.alias for i in matched.join.inputs] == ["o", "i"]
+    assert [i.alias for i in unmatched.join.inputs] == ["o"]
+    anti, = unmatched.join.anti
+    assert anti.input.alias == "i" and anti.pairs == (("o__okey", "i__okey"),)
+    assert str(anti.filter) == "i__qty > 0"
+    assert [i.alias for i in unmatched.padded] == ["i"]
+    assert not plan.append_only  # a match arriving retracts a padded row
+
+
+def test_where_that_rejects_nulls_turns_a_left_join_inner():
+    plan = plan_of("SELECT o.cust FROM orders o LEFT JOIN items i ON o.okey = i.okey "
+                   "WHERE i.price > 2")
+    assert len(plan.top.branches) == 1 and not plan.top.branches[0].join.anti
+
+
+def test_not_exists_keeps_only_the_unmatched_branch():
+    plan = plan_of("SELECT o.cust FROM orders o WHERE NOT EXISTS "
+                   "(SELECT * FROM items i WHERE i.okey = o.okey)")
+    inner, top = plan.stages
+    assert inner.name == "s1" and inner.output == ("okey",)
+    branch, = top.branches
+    assert not any(i.derived for i in branch.join.inputs)
+    assert branch.join.anti[0].input.derived
+
+
+def test_left_join_condition_on_the_preserved_side_pads_the_rows_failing_it():
+    plan = plan_of("SELECT o.cust, i.qty FROM orders o LEFT JOIN items i "
+                   "ON o.okey = i.okey AND o.cust = 'x'")
+    matched, unmatched, excluded = plan.top.branches
+    assert "'x'" in matched.where.sql and not matched.padded
+    assert unmatched.join.anti and unmatched.padded
+    assert not excluded.join.anti and excluded.padded
+    assert "COALESCE" in excluded.where.sql.upper() and "NOT" in excluded.where.sql.upper()
+
+
+def test_not_in_is_an_anti_join_guarded_by_the_null_and_empty_counts():
+    """x NOT IN (S): no match, and S empty or (x not NULL and no NULL in S)."""
+    plan = plan_of("SELECT o.cust FROM orders o WHERE o.okey NOT IN (SELECT okey FROM items)")
+    top = plan.stages[-1]
+    branch, = top.branches
+    assert len(branch.join.anti) == 1 and branch.join.anti[0].input.derived
+    crossed = [i for i in branch.join.inputs if i.derived]
+    assert len(crossed) == 2  # the one-row counts: all rows of S, and its NULLs
+    where = branch.where.sql if branch.where is not None else ""
+    assert "IS NULL" in where.upper() and " OR " in where.upper()
+
+
+def test_correlated_subquery_is_a_stage_joined_on_the_correlation():
+    plan = plan_of("SELECT o.cust FROM orders o WHERE o.okey > "
+                   "(SELECT SUM(i.qty) FROM items i WHERE i.okey = o.okey)")
+    inner, top = plan.stages
+    assert [t.name for t in inner.tables] == ["s1_main"]
+    assert plan.consumers("s1") == (top,)
+    branch, = top.branches
+    assert [i.derived for i in branch.join.inputs] == [False, True]
+    assert len(branch.join.pairs) == 1

@@ -242,7 +242,7 @@ def test_diffusion_is_the_right_outer_variant():
     c = run(case, "derive_merge")
     text = render_diffusion(c.diffuse[0])
     assert text.startswith("SELECT s._bucket, s.k,\n")
-    assert "FROM h(ΔX) AS s LEFT JOIN main AS t ON t._bucket = s._bucket" in text
+    assert "FROM h(ΔX) AS s LEFT JOIN main AS t ON (t._bucket IS NOT DISTINCT FROM s._bucket)" in text
     assert "CASE WHEN t._n IS NULL THEN s._n ELSE t._n + s._n END AS _n" in text
 
 

@@ -66,17 +66,19 @@ C = CompileError
 
 # (id, SELECT body, error class, fragments the message must hold, marker of the error's line)
 VIEW_CASES = [
-    ("join", """
-SELECT s.region, SUM(s.amount) AS total
+    ("non-equi-correlation", """
+SELECT region, amount
 FROM sales AS s
-JOIN sales AS u ON s.region = u.region
-GROUP BY s.region""", N, ["JOIN"], "JOIN"),
-    ("left-join", """
+WHERE EXISTS (SELECT 1 FROM sales AS u
+              WHERE u.region = s.region AND u.amount > s.amount)""", N,
+     ["correlated subquery whose correlation is not an equality"], "EXISTS"),
+    ("right-join-after-join", """
 SELECT s.region, COUNT(*) AS n
 FROM sales AS s
-    LEFT JOIN sales AS u
-    ON s.product = u.product
-GROUP BY s.region""", N, ["JOIN"], "LEFT JOIN"),
+JOIN sales AS u ON s.region = u.region
+    RIGHT JOIN sales AS w
+    ON s.product = w.product
+GROUP BY s.region""", N, ["RIGHT JOIN after other joins", "LEFT JOIN"], "RIGHT JOIN"),
     ("window-row-number", """
 SELECT region,
        amount,
@@ -101,28 +103,32 @@ GROUP BY region""", N, ["non-deterministic function", "NOW"], "now()"),
 SELECT region,
        uuid() AS id
 FROM sales""", N, ["non-deterministic function", "UUID"], "uuid()"),
-    ("subquery-in-from", """
+    ("limit-in-subquery", """
 SELECT region, COUNT(*) AS n
-FROM (SELECT * FROM sales WHERE qty > 0) AS s
-GROUP BY region""", N, ["subquery in FROM"], "(SELECT"),
-    ("subquery-in-where", """
+FROM (SELECT * FROM sales ORDER BY amount
+      LIMIT 10) AS s
+GROUP BY region""", N, ["LIMIT/OFFSET in a nested query"], "LIMIT 10"),
+    ("not-in-subquery", """
 SELECT region, amount
 FROM sales
 WHERE qty > 0
-  AND amount > (SELECT AVG(amount) FROM sales)""", N, ["subquery"], "(SELECT"),
-    ("exists", """
-SELECT region, amount
-FROM sales
-WHERE EXISTS (SELECT 1 FROM sales AS u WHERE u.qty > 3)""", N, ["subquery"], "EXISTS"),
-    ("scalar-subquery-in-select", """
-SELECT region,
-       (SELECT MAX(qty) FROM sales) AS most
-FROM sales""", N, ["subquery"], "(SELECT"),
-    ("cte", """
-WITH big AS (SELECT * FROM sales WHERE qty > 10)
-SELECT region, COUNT(*) AS n
-FROM big
-GROUP BY region""", N, ["WITH"], "WITH"),
+  OR product NOT IN (SELECT product FROM sales AS u WHERE u.qty > 3)""", N,
+     ["NOT IN (subquery)", "NOT EXISTS"], "NOT IN"),
+    ("left-join-non-equi-condition", """
+SELECT s.region, COUNT(u.qty) AS n
+FROM sales AS s
+LEFT JOIN sales AS u ON s.product = u.product
+    AND s.qty > u.qty
+GROUP BY s.region""", N, ["LEFT JOIN condition", "conditions on either table alone"],
+     "LEFT JOIN"),
+    ("union-mixed", """
+SELECT region FROM sales UNION SELECT product FROM sales AS u UNION ALL SELECT region FROM sales AS w""",
+     N, ["UNION mixed with UNION ALL"], "SELECT region FROM sales UNION"),
+    ("left-join-non-equi", """
+SELECT s.region, COUNT(u.qty) AS n
+FROM sales AS s
+LEFT JOIN sales AS u ON s.amount < u.amount
+GROUP BY s.region""", N, ["LEFT JOIN condition"], "LEFT JOIN"),
     ("select-distinct-aggregate", """SELECT DISTINCT region,
        COUNT(*) AS n
 FROM sales GROUP BY region""", N, ["SELECT DISTINCT with aggregates", "GROUP BY"], "DISTINCT"),
@@ -276,7 +282,7 @@ GROUP BY region"""
     assert err.location.line == line_of(text, "STRING_AGG")
 
 
-def test_set_operations_are_refused_inside_the_view():
+def test_union_all_compiles_to_one_stage_with_a_branch_per_select():
     body = """
 SELECT region, product
 FROM sales
@@ -285,14 +291,10 @@ UNION ALL
 SELECT region, product
 FROM sales
 WHERE qty < 0"""
-    text = program(body)
-    err = compile_error(text)
-    assert isinstance(err, NotIncrementalizableError)
-    assert err.message.startswith("view bad: UNION is not supported")
-    assert err.location.path == PATH
-    # The position is the first positioned node of the set operation: inside the view.
-    first, last = line_of(text, "CREATE VIEW bad"), text.count("\n")
-    assert first <= err.location.line <= last
+    plan = compile_text(program(body), path=PATH).plan("bad")
+    assert [s.name for s in plan.stages] == [""]
+    assert len(plan.top.branches) == 2
+    assert plan.output == ("region", "product")
 
 
 @pytest.mark.parametrize("op", ["EXCEPT", "INTERSECT"])

@@ -7,6 +7,8 @@
   is how a group vanishes when its last row goes.  It exists only if every monoid of the
   table has an inverse; a table without one belongs to an append-only source.
 * ⊗̂ (diffusion, seed §8.2) is the right-outer variant: only ΔT's keys come out.
+* ⊗± (signed merge) exists for tables holding only counts (side tables and value-count
+  bags): a count is a group, so one MERGE folds signed changes, inserts and deletes at once.
 
 The global-aggregate row (empty θ) never vanishes: SQL answers a global aggregate over no
 rows with one row (COUNT 0, SUM NULL), so its state keeps the identity instead.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from incr.algebra.monoids import Count
 from incr.compiler.compilation import Compilation
 from incr.compiler.plan import ROW_COUNT, DiffusionSpec, MergeSpec, StateTable
 
@@ -28,7 +31,8 @@ def derive_merge(c: Compilation) -> Compilation:
     merge = tuple(_merge(t) for t in c.tables)
     diminish = tuple(_diminish(t) for t in c.tables if t.invertible)
     diffuse = tuple(_diffuse(t) for t in c.tables)
-    return replace(c, merge=merge, diminish=diminish, diffuse=diffuse)
+    signed = tuple(_signed(t) for t in c.tables if all(isinstance(v.monoid, Count) for v in t.values))
+    return replace(c, merge=merge, diminish=diminish, diffuse=diffuse, signed=signed)
 
 
 def _refs(table: StateTable, alias: str) -> list[tuple[str, ...]]:
@@ -52,6 +56,12 @@ def _diminish(table: StateTable) -> MergeSpec:
         updates += zip(v.columns, v.monoid.sql_diminish(t, s))
     vanish = (f"{TARGET}.{ROW_COUNT} - {SOURCE}.{ROW_COUNT} = 0" if table.vanishes else None)
     return MergeSpec("⊗̃", table.name, table.key_columns, tuple(updates), vanish, False)
+
+
+def _signed(table: StateTable) -> MergeSpec:
+    updates = tuple((col, f"{TARGET}.{col} + {SOURCE}.{col}") for col in table.value_columns)
+    vanish = f"{TARGET}.{ROW_COUNT} + {SOURCE}.{ROW_COUNT} = 0" if table.vanishes else None
+    return MergeSpec("⊗±", table.name, table.key_columns, updates, vanish, True)
 
 
 def _diffuse(table: StateTable) -> DiffusionSpec:

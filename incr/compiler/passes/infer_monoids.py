@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from incr.algebra.monoids import Count, Max, Min, Moments, Monoid, Sum
 from incr.compiler.compilation import AggState, Compilation
-from incr.compiler.ir import Aggregate, AggCall
+from incr.compiler.ir import AggCall, Aggregate
 from incr.compiler.plan import ROW_COUNT, StateValue
 from incr.compiler.scalar import Scalar
 

@@ -16,8 +16,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from incr.compiler.compilation import Compilation
-from incr.compiler.ir import (AggCall, Aggregate, Explode, Filter, Limit, Named, NamedAgg,
-                              Project, Rel, Sort, Source)
+from incr.compiler.ir import (
+    AggCall,
+    Aggregate,
+    Explode,
+    Filter,
+    Limit,
+    Named,
+    NamedAgg,
+    Project,
+    Rel,
+    Sort,
+    Source,
+)
 from incr.compiler.scalar import Scalar
 
 MULTIPLICITY = "_a0"

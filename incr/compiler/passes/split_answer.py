@@ -6,10 +6,13 @@ monoid elements monoid inference chose: it folds a batch into state rows keyed b
 
 * ``main``: θ, the row count ``_n`` and every main-table element;
 * ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``;
-* ``side_<alias>``: for a join view, one per input: the input's live rows (the columns the
-  view reads) with their counts, bucketed by its join key.  A batch on one input is joined
-  with the other inputs' side tables (seed §8.1 leaves this case out: both inputs streaming),
-  then folded by h like a batch of a single source.
+* ``side_<alias>``: for a joined stage, one per input: the input's live rows (the columns
+  the stage reads) with their counts, bucketed by its join key.  A batch on one input is
+  joined with the other inputs' side tables (seed §8.1 leaves this case out: both inputs
+  streaming), then folded by h like a batch of a single source.
+
+Tables of a stage other than the view's own are prefixed with the stage's name
+(``s1_main``, ``s1_side_x``).
 
 a is everything above the Aggregate (HAVING, the SELECT expressions, ORDER BY, LIMIT,
 Explode) rewritten to read the state: group keys become ``m.<θ column>`` and each aggregate
@@ -22,10 +25,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from incr.compiler.compilation import AggState, Compilation
-from incr.compiler.ir import Aggregate, Explode, Filter, Limit, Named, Project, Rel, Sort
+from incr.compiler.ir import Aggregate, Explode, Filter, JoinInput, Limit, Named, Project, Rel, Sort
 from incr.compiler.passes.infer_monoids import MAIN, bag_alias
-from incr.compiler.plan import (ROW_COUNT, ROW_COUNT_VALUE, Answer, BagAggregate, BagJoin,
-                                HQuery, StateTable, StateValue)
+from incr.compiler.plan import (
+    ROW_COUNT,
+    ROW_COUNT_VALUE,
+    Answer,
+    BagAggregate,
+    BagJoin,
+    HQuery,
+    StateTable,
+    StateValue,
+)
 from incr.compiler.scalar import Scalar
 
 MAIN_TABLE = "main"
@@ -44,7 +55,7 @@ def split_answer(c: Compilation) -> Compilation:
         for v in state.values:
             if v not in values:
                 values.append(v)
-    tables = [StateTable(MAIN_TABLE, c.lineage, tuple(values), vanishes=grouped)]
+    tables = [StateTable(c.table_name(MAIN_TABLE), c.lineage, tuple(values), vanishes=grouped)]
     bag_args: list[Scalar] = []
     bag_funcs: dict[str, list[str]] = {}
     for state in c.aggregates:
@@ -56,7 +67,7 @@ def split_answer(c: Compilation) -> Compilation:
                 bag_funcs[state.bag.sql].append(state.bag_func)
     bags: list[BagJoin] = []
     for i, arg in enumerate(bag_args):
-        name = f"bag{i}"
+        name = c.table_name(f"bag{i}")
         tables.append(StateTable(name, c.lineage, (ROW_COUNT_VALUE,),
                                  value_key=Named(BAG_VALUE, arg), vanishes=True))
         bags.append(BagJoin(name, bag_alias(i), tuple(
@@ -64,20 +75,44 @@ def split_answer(c: Compilation) -> Compilation:
 
     buckets = c.program.options.buckets if grouped else 1
     h = [HQuery(t, c.source.name, where, buckets) for t in tables]
-    for inp in c.join.inputs if c.join else ():
-        side = StateTable(f"side_{inp.alias}", tuple(Named(inp.flat(col), Scalar.column(col))
-                                                     for col in inp.columns),
-                          (ROW_COUNT_VALUE,), vanishes=True, side_of=inp.alias,
-                          bucket_keys=c.join.keys_of(inp.alias))
-        tables.append(side)
-        h.append(HQuery(side, inp.table, None, c.program.options.buckets))
+    if not c.direct:
+        for inp in _inputs(c):
+            side = StateTable(c.table_name(f"side_{inp.alias}"),
+                              tuple(Named(inp.flat(col), Scalar.column(col)) for col in inp.columns),
+                              (ROW_COUNT_VALUE,), vanishes=True, side_of=inp.alias,
+                              bucket_keys=_join_keys(c, inp.alias))
+            tables.append(side)
+            h.append(HQuery(side, inp.table, None, c.program.options.buckets, weighted=True))
     answer = _answer(c.rel, c.aggregates, dict(c.key_columns), grouped, tuple(bags),
-                     tuple(k.name for k in c.lineage))
+                     tuple(k.name for k in c.lineage), tables[0].name)
     return replace(c, tables=tuple(tables), h=tuple(h), answer=answer)
 
 
+def _inputs(c: Compilation) -> tuple[JoinInput, ...]:
+    """Inputs that meet others in a join (once per alias): they need a side table.
+
+    An input alone in its branch (a SELECT of a UNION ALL) needs none: its changes are
+    the branch's changes.
+    """
+    seen: dict[str, JoinInput] = {}
+    for b in c.branches:
+        if len(b.join.all_inputs) > 1:
+            for i in b.join.all_inputs:
+                seen.setdefault(i.alias, i)
+    return tuple(seen.values())
+
+
+def _join_keys(c: Compilation, alias: str) -> tuple[str, ...]:
+    """Columns of input ``alias`` that any branch joins on (its side table's bucket key)."""
+    out: list[str] = []
+    for b in c.branches:
+        if any(i.alias == alias for i in b.join.all_inputs):
+            out += [k for k in b.join.keys_of(alias) if k not in out]
+    return tuple(out)
+
+
 def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, str],
-            grouped: bool, bags: tuple[BagJoin, ...], keys: tuple[str, ...]) -> Answer:
+            grouped: bool, bags: tuple[BagJoin, ...], keys: tuple[str, ...], main: str) -> Answer:
     mapping: dict[str, Scalar] = {ir: Scalar(f"{MAIN}.{col}") for ir, col in key_columns.items()}
     mapping.update({a.name: a.finalize for a in aggregates})
 
@@ -101,5 +136,5 @@ def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, s
         elif isinstance(node, Explode):
             explode = Scalar(f"{MAIN}.{ROW_COUNT}")
         node = node.children()[0]
-    return Answer(main=MAIN_TABLE, keys=keys, grouped=grouped, bags=bags, exprs=exprs,
+    return Answer(main=main, keys=keys, grouped=grouped, bags=bags, exprs=exprs,
                   having=having, order=order, limit=limit, offset=offset or 0, explode=explode)

@@ -1,0 +1,235 @@
+"""Iterative views: the step of ``X ← initial; repeat n: X ← step(X, S)`` compiled as a view.
+
+The seed paper's Algorithm 1 (§2, §8.2) splits the step into a homomorphism h and an answer
+a and folds each new batch in with the diffusion ⊗̂ inside the loop.  Here the step is
+compiled like any view, with the previous iterate X as one more input (a pseudo-source named
+after the view, typed by the view's column list), so h, ⊗, ⊗̃, ⊗̂ and a come from the same
+passes as every other view.  The runtime (``incr.runtime.iterate``) then runs the loop: a
+change of X between two iterations is applied to the step's state like a batch of that
+pseudo-source, so only the part of the state whose lineage meets the changed rows of X moves
+(the right-outer-join diffusion: state rows that do not join ΔX are not touched).
+
+X reaches the step in one of two ways:
+
+* **joined** (``FROM edges e JOIN ranks r ON e.src = r.node``): the step keeps a side table
+  of X like any join input; when X changes, the old rows that join the changed keys are
+  re-evaluated through that side table, so the state stays exactly h(X, S).
+* **looked up**: a scalar subquery that reads only X and picks one row by an order
+  correlated with the outer row, ``(SELECT c.cid FROM centroids c ORDER BY dist(c, p) LIMIT 1)``
+  (the paper's k-means "group by nearest centroid").  Every row depends on all of X, so
+  re-evaluating old rows would cost a full pass per iteration; as in Algorithm 1 the old
+  rows keep the value they were assigned when they arrived, and only the batch's rows are
+  re-evaluated in each iteration.  Such rows can then not be deleted exactly, so a looked-up
+  source must be declared ``append_only``.
+
+The lookup becomes a column ``_lk<i>`` of the outer source (computed by Spark with an
+array sort over X's rows); the step is rewritten to read that column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import sqlglot
+from sqlglot import exp
+
+from incr.compiler.program import Column, Program, TableDecl, ViewDecl
+from incr.compiler.sqlgen import SPARK, render_expression
+from incr.errors import CompileError, Location, NotIncrementalizableError
+
+#: Placeholder in a lookup's Spark expression for the array of X's rows (structs).
+ITERATE_ARRAY = "{iterate}"
+#: Prefix of the temp views INITIAL reads its sources from.
+INITIAL_SOURCE = "incr_initial_"
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A scalar subquery over X, computed per row of ``table`` as column ``column``."""
+
+    table: str
+    column: str
+    spark: str  # Spark SQL over the row's columns, with ITERATE_ARRAY for X's rows
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """What the runtime needs to run the loop of an iterative view."""
+
+    name: str
+    columns: tuple[Column, ...]
+    initial: str  # INITIAL as Spark SQL, reading INITIAL_SOURCE + table name
+    initial_written: str  # INITIAL as written (the oracle runs it)
+    initial_tables: tuple[str, ...]
+    iterations: int
+    tolerance: float
+    lookups: tuple[Lookup, ...]
+    joined: bool  # whether some stage reads X as a join input
+
+    @property
+    def key(self) -> str:
+        return self.columns[0].name
+
+
+def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Iteration]:
+    """Rewrites an iterative view's step into an ordinary view over sources and X.
+
+    Returns the step as a view, the program it compiles against (X declared as a source,
+    looked-up sources with their lookup columns) and the loop's description.
+    """
+    it = view.iterate
+    assert it is not None
+    where = Location(program.path, view.select_line)
+    dialect = program.options.dialect
+    name = view.name
+    if program.table(name) is not None:
+        raise CompileError(f"iterative view {name} has the name of a declared table", where)
+    step = sqlglot.parse_one(view.select, read=dialect)
+    for node in (step, *step.find_all(exp.Select)):
+        if node is step and (node.args.get("order") or node.args.get("limit")):
+            raise NotIncrementalizableError(
+                f"iterative view {name}: ORDER BY / LIMIT on the STEP is not supported: the "
+                f"step computes the next iterate, a set of rows keyed by {it.columns[0].name}",
+                where)
+    lookups: list[Lookup] = []
+    extra: dict[str, list[Column]] = {}
+    for sub in list(step.find_all(exp.Subquery)):
+        inner = sub.this
+        if not _reads_only(inner, name):
+            continue
+        table, column, spark = _lookup(inner, sub, step, program, name, it.columns, where)
+        col = f"_lk{len(lookups)}"
+        lookups.append(Lookup(table.name, col, spark))
+        looked = next(c for c in it.columns if c.name.lower() == column.lower())
+        extra.setdefault(table.name.lower(), []).append(Column(col, looked.type))
+        alias = _outer_alias(sub, table.name)
+        sub.replace(exp.column(col, table=alias))
+    for tname in extra:
+        decl = program.table(tname)
+        if not decl.append_only:
+            raise NotIncrementalizableError(
+                f"iterative view {name}: rows of {decl.name} look up the iterate (a subquery over "
+                f"{name} with ORDER BY ... LIMIT 1); as in the paper's Algorithm 1 they keep the "
+                f"row they were assigned when they arrived, so they cannot be deleted exactly. "
+                f"Declare the source insert-only: -- incr: append_only = {decl.name}", where)
+    tables = []
+    for t in program.tables:
+        cols = tuple(extra.get(t.name.lower(), ()))
+        # A looked-up source takes deletes internally (re-evaluation), so it is not append-only.
+        tables.append(replace(t, columns=t.columns + cols, append_only=False) if cols else t)
+    tables.append(TableDecl(name=name, columns=it.columns, location=view.location))
+    step_program = replace(program, tables=tuple(tables))
+    step_view = replace(view, select=step.sql(dialect=dialect), iterate=None)
+    initial, initial_tables = _initial(it.initial, program, dialect, name,
+                                       Location(program.path, it.initial_line))
+    joined = any(t.name.lower() == name.lower() for t in step.find_all(exp.Table))
+    return step_view, step_program, Iteration(
+        name=name, columns=it.columns, initial=initial, initial_written=it.initial,
+        initial_tables=initial_tables,
+        iterations=it.iterations, tolerance=it.tolerance, lookups=tuple(lookups), joined=joined)
+
+
+def check_output(iteration: Iteration, output: tuple[str, ...], where: Location) -> None:
+    """The step must produce the iterate's columns, in order."""
+    declared = tuple(c.name.lower() for c in iteration.columns)
+    if tuple(o.lower() for o in output) != declared:
+        raise CompileError(f"iterative view {iteration.name}: the STEP outputs "
+                           f"({', '.join(output)}) but the view declares "
+                           f"({', '.join(c.name for c in iteration.columns)}); name the step's "
+                           f"columns like the view's, in the same order", where)
+
+
+def _reads_only(query: exp.Expression, name: str) -> bool:
+    tables = list(query.find_all(exp.Table))
+    return bool(tables) and all(t.name.lower() == name.lower() for t in tables)
+
+
+def _outer_alias(sub: exp.Subquery, table: str) -> str | None:
+    select = sub.find_ancestor(exp.Select)
+    for t in select.find_all(exp.Table) if select is not None else ():
+        if t.name.lower() == table.lower() and t.find_ancestor(exp.Select) is select:
+            return t.alias_or_name
+    return None
+
+
+def _lookup(inner: exp.Expression, sub: exp.Subquery, step: exp.Expression, program: Program,
+            name: str, columns: tuple[Column, ...], where: Location
+            ) -> tuple[TableDecl, str, str]:
+    """Checks a subquery over X is a lookup and renders it for Spark; see the module doc."""
+    def refuse(why: str) -> NotIncrementalizableError:
+        return NotIncrementalizableError(
+            f"iterative view {name}: subquery {sub.sql()[:80]} over the iterate: {why}; a "
+            f"subquery over {name} must pick one row: (SELECT c.col FROM {name} c ORDER BY "
+            f"<expression of c and the outer row> LIMIT 1)", where)
+
+    if not isinstance(inner, exp.Select) or inner.args.get("joins") or inner.args.get("group") \
+            or len(inner.expressions) != 1:
+        raise refuse("it is not a single-column SELECT from the iterate alone")
+    limit = inner.args.get("limit")
+    if limit is None or limit.expression.sql() != "1" or not inner.args.get("order"):
+        raise refuse("it has no ORDER BY ... LIMIT 1")
+    x = inner.args["from_"].this
+    x_alias = x.alias_or_name.lower()
+    x_cols = {c.name.lower() for c in columns}
+    picked = inner.expressions[0].unalias()
+    if not (isinstance(picked, exp.Column) and picked.name.lower() in x_cols):
+        raise refuse("it does not select a column of the iterate")
+    outer = sub.find_ancestor(exp.Select)
+    outer_tables = [t for t in outer.find_all(exp.Table) if t.find_ancestor(exp.Select) is outer
+                    and t.name.lower() != name.lower()]
+    owners: set[str] = set()
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, exp.Column):
+            return node
+        q = node.table.lower() if node.table else None
+        if q == x_alias or (q is None and node.name.lower() in x_cols and not any(
+                program.table(t.name).column(node.name) for t in outer_tables)):
+            return exp.Dot(this=exp.to_identifier("_c"), expression=exp.to_identifier(node.name))
+        for t in outer_tables:
+            decl = program.table(t.name)
+            if decl is not None and (q in (t.alias_or_name.lower(), t.name.lower()) or q is None) \
+                    and decl.column(node.name) is not None:
+                owners.add(decl.name)
+                return exp.column(decl.column(node.name).name)
+        raise refuse(f"column {node.sql()} is neither the iterate's nor a declared source's")
+
+    keys = []
+    for i, ordered in enumerate(inner.args["order"].expressions):
+        e = ordered.this.copy().transform(rewrite)
+        if ordered.args.get("desc"):
+            e = exp.Neg(this=exp.Paren(this=e))
+        keys.append(f"'_o{i}', {render_expression(e, SPARK)}")
+    where_ = inner.args.get("where")
+    if where_ is not None:
+        raise refuse("WHERE in the lookup is not supported; filter in the outer query")
+    if len(owners) != 1:
+        raise refuse("its ORDER BY must read the iterate and exactly one outer source")
+    table = program.table(owners.pop())
+    spark = (f"try_element_at(array_sort(transform({ITERATE_ARRAY}, _c -> named_struct("
+             f"{', '.join(keys)}, '_v', _c.{picked.name}))), 1)._v")
+    return table, picked.name, spark
+
+
+def _initial(text: str, program: Program, dialect: str, name: str,
+             where: Location) -> tuple[str, tuple[str, ...]]:
+    """INITIAL as Spark SQL reading each declared table from a temp view of the runtime's."""
+    tree = sqlglot.parse_one(text, read=dialect)
+    read: list[str] = []
+    for t in tree.find_all(exp.Table):
+        if t.name.lower() == name.lower():
+            raise CompileError(f"iterative view {name}: INITIAL cannot read the iterate itself",
+                               where)
+        decl = program.table(t.name)
+        if decl is None:
+            if any(c.alias_or_name.lower() == t.name.lower()
+                   for c in tree.find_all(exp.CTE)):
+                continue
+            raise CompileError(f"iterative view {name}: INITIAL reads unknown table {t.name}",
+                               where)
+        if decl.name not in read:
+            read.append(decl.name)
+        t.set("this", exp.to_identifier(INITIAL_SOURCE + decl.name.lower()))
+        if not t.alias:
+            t.set("alias", exp.TableAlias(this=exp.to_identifier(decl.name)))
+    return render_expression(tree, SPARK), tuple(read)
