@@ -78,13 +78,45 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--batch", type=int, required=True)
     sp.set_defaults(func=cmd_skip)
 
-    sp = sub.add_parser("bench", help="time incremental batches against full recompute "
-                                      "(seed paper §11 experiments)")
-    sp.add_argument("name", help="groupby or joingroupby")
-    sp.add_argument("--out", default="bench-out", help="folder for NAME.csv and the work data")
-    sp.add_argument("--initial-rows", type=int, default=100_000)
-    sp.add_argument("--increment", type=int, default=10_000)
-    sp.add_argument("--check", action="store_true", help="compare every answer with DuckDB")
+    sp = sub.add_parser("bench", help="time incremental batches against full recompute, the "
+                                      "Structured Streaming peer and the floor (seed paper §11)")
+    sp.add_argument("name", help="groupby, joingroupby, groupby-deletes, joingroupby-deletes, "
+                                 "kmeans, pagerank or pagerank-deletes")
+    sp.add_argument("--out", default="bench-out",
+                    help="folder for NAME.csv, NAME.png, NAME-profile.csv, NAME.json (and the "
+                         "work data while running)")
+    sp.add_argument("--initial-rows", type=int, default=None,
+                    help="rows of the initial load per stream (default: the paper's, 1M for "
+                         "groupby and kmeans (points), 100K for joingroupby, 50K edges for "
+                         "pagerank)")
+    sp.add_argument("--sizes", type=_sizes, default=None,
+                    help="increment sizes, one run each, e.g. 10000,20000,30000,40000 "
+                         "(the default; kmeans: 10000, pagerank: 100 edges per batch, the "
+                         "paper's are 100,200,300,400)")
+    sp.add_argument("--increment", type=int, default=None,
+                    help="a single increment size (same as --sizes N)")
+    sp.add_argument("--increments", type=int, default=9, help="increments per run (default 9)")
+    sp.add_argument("--deletes", action="store_true",
+                    help="every third increment is a delete batch of rows landed earlier")
+    sp.add_argument("--append-only", action="store_true",
+                    help="declare the streams insert-only (header option append_only: no row "
+                         "index); outputs are named NAME-append-only")
+    sp.add_argument("--check", action="store_true",
+                    help="compare every answer with DuckDB and with the recompute")
+    sp.add_argument("--no-peer", action="store_true", help="skip the Structured Streaming peer")
+    sp.add_argument("--no-profile", action="store_true", help="skip the profiled extra increment")
+    sp.add_argument("--keep-work", action="store_true",
+                    help="keep the landing, warehouse and peer folders under OUT/NAME-work")
+    sp.add_argument("--nodes", type=int, default=None,
+                    help="pagerank: node ids of the initial graph (default 5000)")
+    sp.add_argument("--new-nodes", type=int, default=None,
+                    help="pagerank: new nodes per increment (default 100)")
+    sp.add_argument("--iterations", type=int, default=None,
+                    help="kmeans, pagerank: replace the program's ITERATIONS (quick runs; the "
+                         "paper's and the default are the program's 10)")
+    sp.add_argument("--no-recompute", action="store_true",
+                    help="kmeans, pagerank: skip the from-scratch run per batch (and its "
+                         "accuracy columns)")
     sp.set_defaults(func=cmd_bench)
 
     sp = sub.add_parser("demo", help="generate the sample stream and run it through the Airflow DAG")
@@ -187,10 +219,39 @@ def cmd_skip(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from incr.bench import run_bench
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of row counts: {text}") from None
+    if not sizes or any(n <= 0 for n in sizes):
+        raise argparse.ArgumentTypeError(f"increment sizes must be positive: {text}")
+    return sizes
 
-    return run_bench(args.name, Path(args.out), args.initial_rows, args.increment, args.check)
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from incr.bench import DEFAULT_SIZES, run_bench
+    from incr.bench.iterative import is_iterative, run_iterative
+
+    if is_iterative(args.name):
+        return run_iterative(args.name, Path(args.out), args.initial_rows,
+                             args.sizes or ((args.increment,) if args.increment else None),
+                             increments=args.increments, deletes=args.deletes,
+                             nodes=args.nodes, new_nodes=args.new_nodes,
+                             recompute=not args.no_recompute, check=args.check,
+                             iterations=args.iterations,
+                             keep_work=args.keep_work, command="incr " + " ".join(sys.argv[1:]))
+    if args.nodes is not None or args.new_nodes is not None or args.no_recompute or \
+            args.iterations is not None:
+        print("error: --nodes, --new-nodes, --iterations and --no-recompute are for kmeans and "
+              "pagerank", file=sys.stderr)
+        return 2
+    sizes = args.sizes or ((args.increment,) if args.increment else DEFAULT_SIZES)
+    return run_bench(args.name, Path(args.out), args.initial_rows, sizes,
+                     increments=args.increments, deletes=args.deletes, check=args.check,
+                     peer=not args.no_peer, profile=not args.no_profile,
+                     keep_work=args.keep_work, append_only=args.append_only,
+                     command="incr " + " ".join(sys.argv[1:]))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

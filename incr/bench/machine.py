@@ -1,0 +1,61 @@
+"""The machine a benchmark ran on, read at run time (numbers mean little without it)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def _meminfo_gib() -> float | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def _cpu_model() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return None
+
+
+def _java() -> str | None:
+    try:
+        done = subprocess.run(["java", "-version"], check=False, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = (done.stderr or done.stdout).strip().splitlines()
+    return lines[0] if lines else None
+
+
+def machine_info(spark: SparkSession) -> dict:
+    """CPU count and model, memory, Java, Spark, Python, OS, the Spark settings that matter,
+    and the load average (another workload on the machine shows up there)."""
+    conf = spark.sparkContext.getConf()
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "memory_gib": _meminfo_gib(),
+        "java": _java(),
+        "spark": spark.version,
+        "python": platform.python_version(),
+        "os": platform.platform(),
+        "spark_master": spark.sparkContext.master,
+        "spark_driver_memory": conf.get("spark.driver.memory", None),
+        "spark_sql_shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+        "loadavg": list(os.getloadavg()),
+    }
