@@ -114,6 +114,9 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--iterations", type=int, default=None,
                     help="kmeans, pagerank: replace the program's ITERATIONS (quick runs; the "
                          "paper's and the default are the program's 10)")
+    sp.add_argument("--tolerance", type=float, default=None,
+                    help="kmeans, pagerank: replace the program's TOLERANCE (the relative change "
+                         "below which a row of the iterate is not propagated)")
     sp.add_argument("--no-recompute", action="store_true",
                     help="kmeans, pagerank: skip the from-scratch run per batch (and its "
                          "accuracy columns)")
@@ -239,11 +242,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                              increments=args.increments, deletes=args.deletes,
                              nodes=args.nodes, new_nodes=args.new_nodes,
                              recompute=not args.no_recompute, check=args.check,
-                             iterations=args.iterations,
+                             iterations=args.iterations, tolerance=args.tolerance,
                              keep_work=args.keep_work, command="incr " + " ".join(sys.argv[1:]))
     if args.nodes is not None or args.new_nodes is not None or args.no_recompute or \
-            args.iterations is not None:
-        print("error: --nodes, --new-nodes, --iterations and --no-recompute are for kmeans and "
+            args.iterations is not None or args.tolerance is not None:
+        print("error: --nodes, --new-nodes, --iterations, --tolerance and --no-recompute are for "
+              "kmeans and "
               "pagerank", file=sys.stderr)
         return 2
     sizes = args.sizes or ((args.increment,) if args.increment else DEFAULT_SIZES)

@@ -13,6 +13,7 @@ the error against the exact answer per batch (incr's and the recompute's).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -233,7 +234,9 @@ def main(argv: list[str]) -> int:
             from incr.bench.iterative import read_csv as read_iterative
 
             rows = read_iterative(path)
-            plot_iterative(rows, path.with_suffix(".png"), iterative_title(rows[0]["name"], rows))
+            meta = json.loads(path.with_suffix(".json").read_text())
+            plot_iterative(rows, path.with_suffix(".png"), iterative_title(
+                rows[0]["name"], rows, meta["iterations"], meta["tolerance"]))
             continue
         rows = read_csv(path)
         plot(rows, path.with_suffix(".png"), title(rows[0].name, rows[0].initial_rows))

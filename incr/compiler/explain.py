@@ -55,6 +55,12 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
         "() -- global aggregate: one state row"
     out.append(_section(title("lineage key θ"), theta))
     for table in stage.tables:
+        if table not in plan.stored(stage):
+            out.append(_section(title(f"{table.name}: not stored"),
+                                "the stage's output is a bag of per-row projections of its "
+                                "input and only another stage reads it,\nso each batch hands on "
+                                "h(Δ) as its output change and no state of these rows is kept"))
+            continue
         out.append(_section(title(f"state table {table.name}"), _schema(table, plan, stage)))
     if not stage.direct:
         kinds = "branches (bag union)" if len(stage.branches) > 1 else "join"
@@ -74,15 +80,16 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
     for hq in stage.h:
         source = hq.source if hq.table.side_of or stage.direct else f"{stage.source}"
         out.append(_section(title(f"h  (Δ → {hq.table.name})"), plan.h_sql(hq.table.name, f"Δ{source}")))
+    stored = plan.stored(stage)
     for spec in stage.merge:
-        if plan.table(spec.table).side_of is None:
+        if plan.table(spec.table).side_of is None and plan.table(spec.table) in stored:
             out.append(_section(title(f"⊗  (merge inserts into {spec.table})"),
                                 render_merge(spec, plan.table(spec.table))))
     for spec in stage.diminish:
-        if plan.table(spec.table).side_of is None:
+        if plan.table(spec.table).side_of is None and plan.table(spec.table) in stored:
             out.append(_section(title(f"⊗̃  (diminish deletes from {spec.table})"),
                                 render_merge(spec, plan.table(spec.table))))
-    if not stage.diminish:
+    if not stage.diminish and not plan.streams(stage):
         out.append(_section(title("⊗̃"), f"none: {stage.source} is append-only, so MIN/MAX keep "
                             "the plain monoid (no inverse) and delete batches are refused"))
     for spec in stage.signed:
@@ -90,9 +97,14 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
             out.append(_section(title(f"⊗±  (signed merge into {spec.table})"),
                                 render_merge(spec, plan.table(spec.table))))
     for d in stage.diffuse:
-        if plan.table(d.table).side_of is None:
+        if plan.table(d.table).side_of is None and plan.table(d.table) in stored:
             out.append(_section(title(f"⊗̂  (diffusion over {d.table})"), render_diffusion(d)))
-    if stage.name:
+    if plan.streams(stage):
+        main = stage.main_tables[0].name
+        out.append(_section(title(f"output changes (into {stage.outbox}, _w = ±copies)"),
+                            render_rows(stage.answer, {main: "h(Δ⁺)"}) + "\n-- minus the same "
+                            "over h(Δ⁻)"))
+    elif stage.name:
         views = {t.name: f"state.{t.name}" for t in stage.main_tables}
         out.append(_section(title(f"output rows (into {stage.outbox} as changes, _w = ±copies)"),
                             render_rows(stage.answer, views)))

@@ -34,11 +34,14 @@ import sqlglot
 from sqlglot import exp
 
 from incr.compiler.program import Column, Program, TableDecl, ViewDecl
-from incr.compiler.sqlgen import SPARK, render_expression
+from incr.compiler.sqlgen import SPARK, q, render_expression
+from incr.compiler.types import FLOAT_TYPES
 from incr.errors import CompileError, Location, NotIncrementalizableError
 
 #: Placeholder in a lookup's Spark expression for the array of X's rows (structs).
 ITERATE_ARRAY = "{iterate}"
+#: Column types whose values TOLERANCE applies to (integers always compare exactly).
+TOLERANT_TYPES = FLOAT_TYPES | {"DECIMAL"}
 #: Prefix of the temp views INITIAL reads its sources from.
 INITIAL_SOURCE = "incr_initial_"
 
@@ -69,6 +72,31 @@ class Iteration:
     @property
     def key(self) -> str:
         return self.columns[0].name
+
+
+def same_row_sql(iteration: Iteration, a: str, b: str) -> str:
+    """Spark SQL: row ``a`` of the iterate stands for row ``b`` (ΔX leaves the pair alone).
+
+    Same key, and every other column equal, except that with a TOLERANCE τ a floating or
+    decimal value may differ by up to τ · max(|a|, |b|, 1).  The test is symmetric in ``a``
+    and ``b``: ΔX is built from two anti-joins (new rows no old row stands for, old rows no
+    new row stands for), and an asymmetric test could add a key's new row without removing
+    its old one, or the reverse, leaving X with a key twice or not at all.  Integer columns
+    (counts such as PageRank's out-degree) always compare exactly.
+    """
+    def col(alias: str, name: str) -> str:
+        return f"{alias}.{q(name)}"
+
+    key = iteration.key
+    parts = [f"{col(a, key)} <=> {col(b, key)}"]
+    for c in iteration.columns[1:]:
+        x, y = col(a, c.name), col(b, c.name)
+        if iteration.tolerance > 0 and c.type.name in TOLERANT_TYPES:
+            parts.append(f"({x} <=> {y} OR abs({x} - {y}) <= {iteration.tolerance!r} * "
+                         f"greatest(abs({x}), abs({y}), 1.0))")
+        else:
+            parts.append(f"{x} <=> {y}")
+    return " AND ".join(parts)
 
 
 def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Iteration]:

@@ -213,6 +213,20 @@ class StagePlan:
         return len(b.join.inputs) == 1 and not b.join.anti and b.project is None and not b.padded
 
     @property
+    def linear(self) -> bool:
+        """True when the output is a bag of per-row projections of the input (no aggregate,
+        DISTINCT, HAVING, ORDER BY or LIMIT).
+
+        The output is then a homomorphism of the input bag: a batch's output change is h of
+        Δ itself (rows gained minus rows lost), whatever the stage held before.
+        """
+        a = self.answer
+        mains = self.main_tables
+        return (len(mains) == 1 and a.explode is not None and a.explode.sql == f"m.{ROW_COUNT}"
+                and not a.bags and a.having is None and not a.order and a.limit is None
+                and not a.offset and mains[0].values == (ROW_COUNT_VALUE,))
+
+    @property
     def inputs(self) -> tuple[JoinInput, ...]:
         """Every input of every branch, once per alias (anti inputs included)."""
         seen: dict[str, JoinInput] = {}
@@ -336,6 +350,20 @@ class IncrementalPlan:
     def stage_of(self, table: str) -> StagePlan:
         """The stage owning state table ``table``."""
         return next(s for s in self.stages if any(t.name == table for t in s.tables))
+
+    def streams(self, stage: StagePlan) -> bool:
+        """True when ``stage`` stores no main table, only hands on its output changes.
+
+        That is a linear stage another stage reads: nothing reads its rows as a whole, and its
+        output change is h(Δ), so keeping the bag of its rows would be work without a reader.
+        Its side tables (for a join) are kept.
+        """
+        return stage.linear and bool(self.consumers(stage.name))
+
+    def stored(self, stage: StagePlan) -> tuple[StateTable, ...]:
+        """The state tables of ``stage`` kept in Delta (see :meth:`streams`)."""
+        streams = self.streams(stage)
+        return tuple(t for t in stage.tables if t.side_of is not None or not streams)
 
     def consumers(self, stage: str) -> tuple[StagePlan, ...]:
         """Stages reading the output of ``stage``."""

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incr.compiler.iterate import INITIAL_SOURCE, ITERATE_ARRAY
+from incr.compiler.iterate import INITIAL_SOURCE, ITERATE_ARRAY, same_row_sql
 from incr.compiler.plan import WEIGHT, IncrementalPlan
 from incr.compiler.sqlgen import q
 from incr.runtime import faults
@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 #: Numbers per batch: a batch's moves are numbered batch * MOVES + 0 .. MOVES - 1.
 MOVES = 2048
 SEED = "incr.seed_batch"
-NUMERIC = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "DOUBLE", "FLOAT", "DECIMAL")
 
 
 def view_runtime(plan: IncrementalPlan, store: DeltaStore, spark: SparkSession,
@@ -208,21 +207,11 @@ class IterativeRuntime:
         new = self._view("next", self.spark.sql(self._typed(self.plan.answer_sql(state))),
                          cache=True)
         old = self._iterate_view("x_diff")
-        key = q(self.it.key)
-        close = [f"n.{key} <=> o.{key}"]
-        for c in self.it.columns[1:]:
-            a, b = f"n.{q(c.name)}", f"o.{q(c.name)}"
-            if self.it.tolerance > 0 and c.type.name in NUMERIC:
-                close.append(f"({a} <=> {b} OR abs({a} - {b}) <= {self.it.tolerance!r} * "
-                             f"greatest(abs({b}), 1.0))")
-            else:
-                close.append(f"{a} <=> {b}")
-        same = " AND ".join(close)
-        flip = same.replace("n.", "_N_.").replace("o.", "n.").replace("_N_.", "o.")
+        same = same_row_sql(self.it, "n", "o")
         return (f"SELECT n.*, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM {new} n "
                 f"LEFT ANTI JOIN {old} o ON {same}\nUNION ALL\n"
                 f"SELECT o.*, CAST(-1 AS BIGINT) AS {q(WEIGHT)} FROM {old} o "
-                f"LEFT ANTI JOIN {new} n ON {flip}")
+                f"LEFT ANTI JOIN {new} n ON {same}")
 
     def _apply_dx(self, x_old: str, dx: str, j: int) -> str:
         """X ⊕ ΔX: rows whose key ΔX removes go, its new rows come."""

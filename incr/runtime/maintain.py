@@ -22,7 +22,10 @@ Per stage and batch:
    * otherwise the new rows of the touched keys are computed in Spark as
      ``old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)`` with the same monoid expressions, the stage's output change
      (new rows minus old rows of those keys) is written to its *outbox*, and the new rows
-     replace the old ones in one MERGE.
+     replace the old ones in one MERGE;
+   * a *streaming* stage (linear, read by another stage: a plain FROM subquery or UNION ALL
+     branch, a join's rows before the aggregate above it) stores no main table at all:
+     its outbox is h(Δ⁺) − h(Δ⁻), the output change of a bag of projected rows.
 
 3. The side tables of the changed inputs are updated with a signed MERGE (⊗±).
 
@@ -185,7 +188,7 @@ class ViewRuntime:
         moved = {(s.name, i.alias) for s in reached for i in s.inputs
                  if (i.derived and i.table in names) or
                  (not i.derived and i.table.lower() == source.lower())}
-        tables = [t.name for s in reached for t in s.tables
+        tables = [t.name for s in reached for t in self.plan.stored(s)
                   if t.side_of is None or (s.name, t.side_of) in moved]
         tables += [s.outbox for s in reached if self.plan.consumers(s.name)]
         if all(self._through(t) >= batch for t in tables):
@@ -215,14 +218,17 @@ class ViewRuntime:
 
     def _apply_stage(self, stage: StagePlan, batch: int, changes: dict[str, tuple[str, int]],
                      batch_view: str, metrics: ViewMetrics) -> None:
-        pending = [t for t in stage.main_tables if self._through(t.name) < batch]
+        pending = [t for t in self.plan.stored(stage)
+                   if t.side_of is None and self._through(t.name) < batch]
         sides = [t for t in stage.tables if t.side_of is not None and t.side_of in changes]
         pending_sides = [t for t in sides if self._through(t.name) < batch]
         outbox = bool(self.plan.consumers(stage.name)) and \
             self.store.applied_through(self.table_path(stage.outbox)) < batch
         if pending or outbox:
             delta = self._stage_delta(stage, changes, batch_view)
-            if delta.sign != 0 and not outbox:
+            if self.plan.streams(stage):
+                self._pass_on(stage, delta, batch, metrics)
+            elif delta.sign != 0 and not outbox:
                 self._fast_merge(stage, pending, delta, batch, metrics)
             else:
                 self._combine_merge(stage, pending, delta, batch, outbox, metrics)
@@ -265,6 +271,28 @@ class ViewRuntime:
             return delta.view
         return self._sql_view(f"rows_{stage.name}_{positive}", render_explode(delta.view, positive))
 
+    def _split(self, delta: _Delta, stage: StagePlan) -> tuple[str, str]:
+        """Plain rows of Δ's insertions and of its deletions (one per copy), as two views."""
+        if delta.plain:  # a batch of a source: one sign, one copy per row
+            rows = self._sql_view(f"rows_{stage.name}", f"SELECT * FROM {delta.view}")
+            empty = self._sql_view(f"none_{stage.name}", f"SELECT * FROM {delta.view} WHERE FALSE")
+            return (rows, empty) if delta.sign > 0 else (empty, rows)
+        return self._rows(delta, stage, True), self._rows(delta, stage, False)
+
+    def _pass_on(self, stage: StagePlan, delta: _Delta, batch: int, metrics: ViewMetrics) -> None:
+        """A streaming stage (:meth:`IncrementalPlan.streams`): its output change is h(Δ).
+
+        Rows gained are h of Δ's insertions, rows lost h of its deletions; no state of the
+        stage's own is read or written, only its outbox.
+        """
+        t0 = time.perf_counter()
+        main = stage.main_tables[0]
+        plus, minus = self._split(delta, stage)
+        gained = self._sql_view(f"hp_{main.name}", self.plan.h_sql(main.name, plus))
+        lost = self._sql_view(f"hn_{main.name}", self.plan.h_sql(main.name, minus))
+        self._write_outbox(stage, {main.name: lost}, {main.name: gained}, batch)
+        metrics.h_s += time.perf_counter() - t0
+
     def _fast_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
                     batch: int, metrics: ViewMetrics) -> None:
         """``MERGE state ⊗ h(Δ)`` (⊗̃ for deletions) per pending table: Δ has one sign."""
@@ -284,13 +312,7 @@ class ViewRuntime:
                        batch: int, outbox: bool, metrics: ViewMetrics) -> None:
         """New rows of the touched keys computed in Spark, the outbox written, then upserts."""
         t0 = time.perf_counter()
-        if delta.plain:  # a batch of a source: one sign, one copy per row
-            rows = self._sql_view(f"rows_{stage.name}", f"SELECT * FROM {delta.view}")
-            empty = self._sql_view(f"none_{stage.name}", f"SELECT * FROM {delta.view} WHERE FALSE")
-            plus, minus = (rows, empty) if delta.sign > 0 else (empty, rows)
-        else:
-            plus = self._rows(delta, stage, True)
-            minus = self._rows(delta, stage, False)
+        plus, minus = self._split(delta, stage)
         merges = {s.table: s for s in stage.merge}
         diminishes = {s.table: s for s in stage.diminish}
         old_views: dict[str, str] = {}
@@ -424,7 +446,7 @@ class ViewRuntime:
         """
         if self._ready:
             return
-        paths = [t.name for t in self.plan.tables]
+        paths = [t.name for s in self.plan.stages for t in self.plan.stored(s)]
         paths += [s.outbox for s in self.plan.stages if self.plan.consumers(s.name)]
         if all(self.store.exists(self.table_path(p)) for p in paths):
             self._ready = True
@@ -471,7 +493,8 @@ class ViewRuntime:
             for table in stage.main_tables:
                 df = self.spark.sql(self.plan.h_sql(table.name, rows))
                 state[table.name] = self._view(f"init_{table.name}", df)
-                self._create(table.name, df, table.key_columns, to_arrow_schema)
+                if table in self.plan.stored(stage):
+                    self._create(table.name, df, table.key_columns, to_arrow_schema)
             out = self.spark.sql(render_rows(stage.answer, state))
             outputs[stage.name] = self._view(f"init_out_{stage.name}", out)
             if self.plan.consumers(stage.name):

@@ -165,3 +165,16 @@ def test_names_and_command_line(tmp_path: Path) -> None:
     assert run_iterative("kmeans", tmp_path, deletes=True, log=None) == 2
     assert run_iterative("kmeans", tmp_path, nodes=10, log=None) == 2
     assert run_bench("kmeans-deletes", tmp_path, log=None) == 2
+
+
+def test_iterations_and_tolerance_overrides() -> None:
+    shipped = _program(SPECS["pagerank"]).plan("ranks").iteration
+    assert (shipped.iterations, shipped.tolerance) == (10, 1e-6)
+    looser = _program(SPECS["pagerank"], tolerance=1e-3).plan("ranks").iteration
+    assert (looser.iterations, looser.tolerance) == (10, 1e-3)
+    both = _program(SPECS["pagerank"], iterations=4, tolerance=0.01).plan("ranks").iteration
+    assert (both.iterations, both.tolerance) == (4, 0.01)
+    kmeans = _program(SPECS["kmeans"], tolerance=1e-9).plan("centroids").iteration  # none shipped
+    assert (kmeans.iterations, kmeans.tolerance) == (10, 1e-9)
+    args = _parser().parse_args(["bench", "pagerank", "--tolerance", "1e-3"])
+    assert args.tolerance == 1e-3

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from incr.compiler import compile_program, compile_text
 from incr.compiler.explain import explain_program
-from incr.compiler.iterate import ITERATE_ARRAY
+from incr.compiler.iterate import ITERATE_ARRAY, same_row_sql
 from incr.errors import CompileError, NotIncrementalizableError, ParseError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,3 +109,35 @@ def test_initial_cannot_read_the_iterate():
                      "INITIAL (SELECT node, rank FROM r) STEP (SELECT e.dst AS node, "
                      "SUM(x.rank) AS rank FROM edges e JOIN r x ON e.src = x.node GROUP BY e.dst) "
                      "ITERATIONS 2;", path="p.sql")
+
+
+def _same(iteration, a: dict, b: dict) -> bool:
+    """Evaluates :func:`same_row_sql` for rows ``a`` and ``b`` in DuckDB (via sqlglot)."""
+    import duckdb
+    import sqlglot
+
+    cond = sqlglot.transpile(same_row_sql(iteration, "n", "o"), read="spark", write="duckdb")[0]
+    cols = [c.name for c in iteration.columns]
+
+    def row(values: dict) -> str:
+        return "SELECT " + ", ".join(f"{values[c]!r}::{t.type} AS {c}"
+                                     for c, t in zip(cols, iteration.columns))
+    return duckdb.sql(f"SELECT {cond} FROM ({row(a)}) n, ({row(b)}) o").fetchone()[0]
+
+
+def test_tolerance_compares_rows_symmetrically():
+    it = compile_program(REPO / "sql/examples/pagerank.sql").plan("ranks").iteration
+    assert it.tolerance == 1e-6
+    loose = replace(it, tolerance=1e-3)
+    # |a - b| = 1.0005 lies between τ·|b| = 1.0 and τ·|a| = 1.0010005: a one-sided test
+    # would keep one row of the pair and drop the other (a key twice in X, or missing).
+    a = {"node": 7, "rank": 1001.0005, "outdeg": 3}
+    b = {"node": 7, "rank": 1000.0, "outdeg": 3}
+    assert _same(loose, a, b) == _same(loose, b, a)
+    assert _same(loose, {**a, "rank": 1000.9}, b) and _same(loose, b, {**a, "rank": 1000.9})
+    assert not _same(loose, {**a, "rank": 1001.2}, b)
+    assert not _same(loose, {**a, "rank": 1000.5, "node": 8}, b)
+    # Below 1, the margin is τ (absolute); integers never use it.
+    assert _same(loose, {**b, "rank": 0.2}, {**b, "rank": 0.2009})
+    assert not _same(replace(loose, tolerance=0.5), {**b, "outdeg": 4}, b)
+    assert not _same(it, {**b, "rank": 1000.01}, b) and _same(it, {**b, "rank": 1000.0009}, b)

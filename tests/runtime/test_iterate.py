@@ -128,6 +128,51 @@ def test_pagerank_state_is_exact_for_its_iterate_and_the_error_contracts(spark, 
         fixpoint = exact
 
 
+def test_pagerank_with_a_tolerance_keeps_one_row_per_node_and_a_bounded_error(spark, tmp_path):
+    # Changes below TOLERANCE (here a loose 5%) are not propagated, so X lags a(T) a little;
+    # X must still hold exactly one row per node of the live edges, a(T) must still be one
+    # exact step from X, and the a-posteriori bound holds as without a tolerance.
+    text = _pagerank_text(iterations=4).replace("TOLERANCE 0", "TOLERANCE 0.05")
+    compiled = compile_text(text, path="pagerank.sql")
+    plan = compiled.plans[0]
+    assert plan.iteration.tolerance == 0.05
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    live: list[tuple[int, int]] = []
+    for seq, (kind, rows) in enumerate(_graph_batches(np.random.default_rng(5))):
+        _land(landing, "edges", seq, rows, delete=kind == "delete")
+        pairs = list(zip(rows["src"].to_pylist(), rows["dst"].to_pylist()))
+        for p in pairs:
+            if kind == "delete":
+                live.remove(p)
+            else:
+                live.append(p)
+        report = pipeline.run()
+        assert report.rejected is None, str(report.rejected)
+        answer, _ = read_answer(warehouse, plan)
+        x = DeltaStore().read(pipeline.views[plan.view].iterate_path)
+        nodes = {v for pair in live for v in pair}
+        keys = x["node"].to_pylist()
+        assert len(keys) == len(set(keys)) and set(keys) == nodes == set(answer["node"].to_pylist())
+        outdeg = {}
+        for s, _ in live:
+            outdeg[s] = outdeg.get(s, 0) + 1
+        assert dict(zip(answer["node"].to_pylist(), answer["outdeg"].to_pylist())) == \
+            {n: outdeg.get(n, 0) for n in nodes}
+        edges = pa.table({"src": [s for s, _ in live], "dst": [d for _, d in live]},
+                         schema=pa.schema([("src", pa.int64()), ("dst", pa.int64())]))
+        con = duckdb.connect()
+        con.register("e", edges)
+        con.register("x", x)
+        con.execute("CREATE TABLE edges AS SELECT * FROM e")
+        con.execute("CREATE TABLE ranks AS SELECT * FROM x")
+        diff = diff_answers(con.execute(plan.select).to_arrow_table(), answer, ordered=False)
+        assert diff is None, f"batch {seq} ({kind}): a(T) is not step(X): {diff}"
+        exact = _ranks(oracle_iterate(plan, {"edges": edges}, iterations=300))
+        error, step = _l1(_ranks(answer), exact), _l1(_ranks(answer), _ranks(x))
+        assert error <= DAMPING / (1 - DAMPING) * step + 1e-9 * len(exact), (seq, error, step)
+
+
 def _inertia(points: np.ndarray, centroids: dict) -> float:
     """Sum of squared distances of the points to their nearest centroid."""
     c = np.array(list(centroids.values()))
