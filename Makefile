@@ -41,6 +41,8 @@ bench: install
 	$(BIN)/incr bench groupby --out bench-out --initial-rows 100000 --sizes 10000 --increments 5
 	$(BIN)/incr bench joingroupby --out bench-out --initial-rows 20000 --sizes 2000 --increments 5
 	$(BIN)/incr bench groupby-deletes --out bench-out --initial-rows 100000 --sizes 10000 --increments 6
+	$(BIN)/incr bench kmeans --out bench-out --initial-rows 50000 --sizes 1000 --increments 3
+	$(BIN)/incr bench pagerank --out bench-out --initial-rows 3000 --nodes 500 --new-nodes 20 --sizes 40 --increments 3
 
 clean:
 	rm -rf demo-out .pytest_cache

@@ -102,7 +102,7 @@ def run_demo(out: Path, initial_rows: int) -> int:
     import shutil
 
     out = out.resolve()
-    for sub in ("landing", "warehouse"):
+    for sub in ("landing", "warehouse", "replay-warehouse"):
         shutil.rmtree(out / sub, ignore_errors=True)
     landing, warehouse = out / "landing", out / "warehouse"
     use_airflow_home(out / "airflow", PROGRAM.parents[2] / "dags")
