@@ -101,7 +101,9 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
             out.append(_section(title(f"⊗̂  (diffusion over {d.table})"), render_diffusion(d)))
     if plan.streams(stage):
         main = stage.main_tables[0].name
-        out.append(_section(title(f"output changes (into {stage.outbox}, _w = ±copies)"),
+        where = ("computed on the fly by the stages reading it, no outbox"
+                 if plan.virtual(stage) else f"into {stage.outbox}")
+        out.append(_section(title(f"output changes ({where}, _w = ±copies)"),
                             render_rows(stage.answer, {main: "h(Δ⁺)"}) + "\n-- minus the same "
                             "over h(Δ⁻)"))
     elif stage.name:

@@ -360,6 +360,21 @@ class IncrementalPlan:
         """
         return stage.linear and bool(self.consumers(stage.name))
 
+    def virtual(self, stage: StagePlan) -> bool:
+        """True when ``stage``'s output changes are not written to an outbox either.
+
+        A streaming stage without side tables (no join: one input, or a UNION ALL of single
+        inputs) computes its change from its inputs' changes alone.  Those (the batch, or
+        the producers' outboxes) stay as they are until the batch is through, so the stages
+        reading it compute it on the fly, in the same Spark job, after a crash as before.
+        """
+        return self.streams(stage) and all(t.side_of is None for t in stage.tables)
+
+    def outboxes(self) -> tuple[str, ...]:
+        """The outbox tables kept in Delta: of every stage read by another, but virtual ones."""
+        return tuple(s.outbox for s in self.stages
+                     if self.consumers(s.name) and not self.virtual(s))
+
     def stored(self, stage: StagePlan) -> tuple[StateTable, ...]:
         """The state tables of ``stage`` kept in Delta (see :meth:`streams`)."""
         streams = self.streams(stage)

@@ -190,7 +190,7 @@ class ViewRuntime:
                  (not i.derived and i.table.lower() == source.lower())}
         tables = [t.name for s in reached for t in self.plan.stored(s)
                   if t.side_of is None or (s.name, t.side_of) in moved]
-        tables += [s.outbox for s in reached if self.plan.consumers(s.name)]
+        tables += [s.outbox for s in reached if s.outbox in self.plan.outboxes()]
         if all(self._through(t) >= batch for t in tables):
             return  # committed everywhere (and outboxes may have moved on to later numbers)
         batch_view = view
@@ -210,14 +210,23 @@ class ViewRuntime:
                         changes[inp.alias] = (outboxes[inp.table], 0)
                     elif not inp.derived and inp.table.lower() == source.lower():
                         changes[inp.alias] = (signed, sign)
-                self._apply_stage(stage, batch, changes, batch_view, metrics)
-                if self.plan.consumers(stage.name):
+                virtual = self._apply_stage(stage, batch, changes, batch_view, metrics)
+                if virtual is not None:
+                    outboxes[stage.name] = virtual
+                elif self.plan.consumers(stage.name):
                     outboxes[stage.name] = self._outbox_view(stage, batch)
         finally:
             self._release()
 
     def _apply_stage(self, stage: StagePlan, batch: int, changes: dict[str, tuple[str, int]],
-                     batch_view: str, metrics: ViewMetrics) -> None:
+                     batch_view: str, metrics: ViewMetrics) -> str | None:
+        """Applies the batch to one stage; returns a virtual stage's output changes (a view)."""
+        if self.plan.virtual(stage):
+            t0 = time.perf_counter()
+            view = self._sql_view(f"out_{stage.name}", self._passed_on(
+                stage, self._stage_delta(stage, changes, batch_view)), cache=True)
+            metrics.h_s += time.perf_counter() - t0
+            return view
         pending = [t for t in self.plan.stored(stage)
                    if t.side_of is None and self._through(t.name) < batch]
         sides = [t for t in stage.tables if t.side_of is not None and t.side_of in changes]
@@ -240,6 +249,7 @@ class ViewRuntime:
             touched = self._merge(table, spec, delta, batch, SIGNED)
             self._record(metrics, table.name, delta.num_rows, t1 - t0, time.perf_counter() - t1,
                          touched)
+        return None
 
     def _stage_delta(self, stage: StagePlan, changes: dict[str, tuple[str, int]],
                      batch_view: str) -> _Delta:
@@ -286,12 +296,16 @@ class ViewRuntime:
         stage's own is read or written, only its outbox.
         """
         t0 = time.perf_counter()
+        self._store_outbox(stage, self._passed_on(stage, delta), batch)
+        metrics.h_s += time.perf_counter() - t0
+
+    def _passed_on(self, stage: StagePlan, delta: _Delta) -> str:
+        """SQL of a streaming stage's output changes: h(Δ⁺) gained, h(Δ⁻) lost."""
         main = stage.main_tables[0]
         plus, minus = self._split(delta, stage)
         gained = self._sql_view(f"hp_{main.name}", self.plan.h_sql(main.name, plus))
         lost = self._sql_view(f"hn_{main.name}", self.plan.h_sql(main.name, minus))
-        self._write_outbox(stage, {main.name: lost}, {main.name: gained}, batch)
-        metrics.h_s += time.perf_counter() - t0
+        return self._outbox_sql(stage, {main.name: lost}, {main.name: gained})
 
     def _fast_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
                     batch: int, metrics: ViewMetrics) -> None:
@@ -365,12 +379,19 @@ class ViewRuntime:
     def _write_outbox(self, stage: StagePlan, old: dict[str, str], new: dict[str, str],
                       batch: int) -> None:
         """Writes the stage's output change: its new rows of the touched keys minus the old."""
+        self._store_outbox(stage, self._outbox_sql(stage, old, new), batch)
+
+    def _outbox_sql(self, stage: StagePlan, old: dict[str, str], new: dict[str, str]) -> str:
+        """Signed rows: the stage's output over ``new`` state views minus over ``old``."""
         before = render_rows(stage.answer, old)
         after = render_rows(stage.answer, new)
         cols = ", ".join(q(c) for c in stage.output)
         sql = (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM (\n"
                f"SELECT * FROM ({after})\nUNION ALL\nSELECT {cols}, -{q(WEIGHT)} AS {q(WEIGHT)} "
                f"FROM ({before})) GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")
+        return sql
+
+    def _store_outbox(self, stage: StagePlan, sql: str, batch: int) -> None:
         data = self.spark.sql(sql).toArrow()
         path = self.table_path(stage.outbox)
         target = pa.schema(self.store.table(path).schema().to_arrow())
@@ -447,7 +468,7 @@ class ViewRuntime:
         if self._ready:
             return
         paths = [t.name for s in self.plan.stages for t in self.plan.stored(s)]
-        paths += [s.outbox for s in self.plan.stages if self.plan.consumers(s.name)]
+        paths += list(self.plan.outboxes())
         if all(self.store.exists(self.table_path(p)) for p in paths):
             self._ready = True
             return
@@ -497,7 +518,7 @@ class ViewRuntime:
                     self._create(table.name, df, table.key_columns, to_arrow_schema)
             out = self.spark.sql(render_rows(stage.answer, state))
             outputs[stage.name] = self._view(f"init_out_{stage.name}", out)
-            if self.plan.consumers(stage.name):
+            if stage.outbox in self.plan.outboxes():
                 self._create(stage.outbox, out.where("FALSE"), (), to_arrow_schema)
 
     def _create(self, table: str, df: DataFrame, keys: tuple[str, ...], to_arrow_schema) -> None:
