@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from incr.compiler.ir import Branch, Named, Rel
+from incr.compiler.ir import Branch, Named, Rel, reads_directly
 from incr.compiler.plan import Answer, DiffusionSpec, HQuery, MergeSpec, StateTable, StateValue
 from incr.compiler.program import Program, TableDecl, ViewDecl
 from incr.compiler.scalar import Scalar
@@ -59,7 +59,4 @@ class Compilation:
     @property
     def direct(self) -> bool:
         """True when the stage reads one input with no join (h runs on its batches)."""
-        if len(self.branches) != 1:
-            return False
-        b = self.branches[0]
-        return len(b.join.inputs) == 1 and not b.join.anti and b.project is None and not b.padded
+        return reads_directly(self.branches)

@@ -282,3 +282,12 @@ class Branch:
         if self.project is not None:
             out += f" → {', '.join(map(str, self.project))}"
         return out
+
+
+def reads_directly(branches: tuple[Branch, ...]) -> bool:
+    """True when a stage's input is one input with no join, anti-join, projection or padding:
+    h then runs on that input's batches (or its producer's output changes) as they are."""
+    if len(branches) != 1:
+        return False
+    b = branches[0]
+    return len(b.join.inputs) == 1 and not b.join.anti and b.project is None and not b.padded

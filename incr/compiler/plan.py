@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from incr.algebra.monoids import Count, Monoid
-from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named, Rel, SortKey
+from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named, Rel, SortKey, reads_directly
 from incr.compiler.program import Column, TableDecl
 from incr.compiler.scalar import Scalar
 
@@ -207,10 +207,7 @@ class StagePlan:
     @property
     def direct(self) -> bool:
         """True when h reads the single input's changes directly (no join, no side tables)."""
-        if len(self.branches) != 1:
-            return False
-        b = self.branches[0]
-        return len(b.join.inputs) == 1 and not b.join.anti and b.project is None and not b.padded
+        return reads_directly(self.branches)
 
     @property
     def linear(self) -> bool:

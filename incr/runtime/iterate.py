@@ -39,7 +39,7 @@ from incr.compiler.sqlgen import q
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
-from incr.runtime.session import read_delta
+from incr.runtime.session import TempViews, read_delta
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable, spark_type
 
@@ -74,8 +74,7 @@ class IterativeRuntime:
         self.iterate_path = self.step.state_root / "_iterate"
         self.dx_path = self.step.state_root / "_dx"
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
-        self._temp: list[str] = []
-        self._cached: list = []
+        self._views = TempViews(spark, f"incr_{plan.view}_it_")
 
     # -- progress, as ViewRuntime ------------------------------------------------------------
     def state_through(self) -> int:
@@ -256,17 +255,7 @@ class IterativeRuntime:
 
     # -- temp views (our own: the step's are dropped at the end of each fold) ----------------
     def _view(self, name: str, df, cache: bool = False) -> str:
-        full = f"incr_{self.plan.view}_it_{name}"
-        if cache:
-            df = df.cache()
-            self._cached.append(df)
-        df.createOrReplaceTempView(full)
-        self._temp.append(full)
-        return full
+        return self._views.register(name, df, cache)
 
     def _release(self) -> None:
-        for name in self._temp:
-            self.spark.catalog.dropTempView(name)
-        for df in self._cached:
-            df.unpersist()
-        self._temp, self._cached = [], []
+        self._views.release()

@@ -60,7 +60,7 @@ from incr.compiler.sqlgen import (
 from incr.errors import StorageError
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
-from incr.runtime.session import read_delta
+from incr.runtime.session import TempViews, read_delta
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable
 
@@ -108,8 +108,7 @@ class ViewRuntime:
         self.state_root = self.view_root / plan.state_fingerprint
         self.answer_path = warehouse / "answers" / plan.view
         self._ready = False
-        self._temp: list[str] = []
-        self._cached: list[DataFrame] = []
+        self._views = TempViews(spark, f"incr_{plan.view}_")
 
     def table_path(self, table: str) -> Path:
         return self.state_root / table
@@ -137,23 +136,13 @@ class ViewRuntime:
 
     # -- temporary views ---------------------------------------------------------------------
     def _view(self, name: str, df: DataFrame, cache: bool = False) -> str:
-        full = f"incr_{self.plan.view}_{name}"
-        if cache:
-            df = df.cache()
-            self._cached.append(df)
-        df.createOrReplaceTempView(full)
-        self._temp.append(full)
-        return full
+        return self._views.register(name, df, cache)
 
     def _sql_view(self, name: str, sql: str, cache: bool = False) -> str:
         return self._view(name, self.spark.sql(sql), cache)
 
     def _release(self) -> None:
-        for name in self._temp:
-            self.spark.catalog.dropTempView(name)
-        for df in self._cached:
-            df.unpersist()
-        self._temp, self._cached = [], []
+        self._views.release()
 
     def _state_view(self, table: str) -> str:
         return self._view(f"state_{table}", read_delta(self.spark, self.store,

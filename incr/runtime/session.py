@@ -67,3 +67,34 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str) -> DataFrame:
     schema = from_arrow_schema(snapshot.schema)
     return (spark.read.schema(schema).option("basePath", snapshot.root)
             .parquet(*snapshot.files).select(*[f.name for f in snapshot.schema]))
+
+
+class TempViews:
+    """Temporary views a runtime registers while it applies a batch, dropped together.
+
+    Every name is prefixed (by view) so two runtimes on one session never collide, and
+    cached DataFrames are unpersisted on :meth:`release`, so a batch leaves nothing behind.
+    """
+
+    def __init__(self, spark: SparkSession, prefix: str):
+        self.spark = spark
+        self.prefix = prefix
+        self._names: list[str] = []
+        self._cached: list[DataFrame] = []
+
+    def register(self, name: str, df: DataFrame, cache: bool = False) -> str:
+        """Registers ``df`` as ``<prefix><name>`` (cached when asked); returns the full name."""
+        full = f"{self.prefix}{name}"
+        if cache:
+            df = df.cache()
+            self._cached.append(df)
+        df.createOrReplaceTempView(full)
+        self._names.append(full)
+        return full
+
+    def release(self) -> None:
+        for name in self._names:
+            self.spark.catalog.dropTempView(name)
+        for df in self._cached:
+            df.unpersist()
+        self._names, self._cached = [], []

@@ -207,6 +207,28 @@ def join_programs(draw) -> str:
     return "-- incr: buckets = 2\n" + JOIN_TABLES + "\n" + "\n".join(views) + "\n"
 
 
+def land_join_batch(rng: random.Random, landing: Path, table: str, op: str, seq: int,
+                    live: dict[str, list[dict]]) -> str:
+    """Lands batch ``seq`` of ``table`` as CSV and updates ``live``; returns the op landed.
+
+    A delete removes a random non-empty subset of the live rows; a delete with nothing live,
+    or an insert, lands 0-8 random rows as an insert.
+    """
+    deleting = op == "delete" and bool(live[table])
+    folder = landing / table / ("_deletes" if deleting else "")
+    folder.mkdir(parents=True, exist_ok=True)
+    if deleting:
+        gone = set(rng.sample(range(len(live[table])), k=rng.randint(1, len(live[table]))))
+        rows = [live[table][i] for i in sorted(gone)]
+        live[table] = [r for i, r in enumerate(live[table]) if i not in gone]
+    else:
+        rows = [random_join_row(rng, table) for _ in range(rng.randint(0, 8))]
+        live[table] += rows
+    pacsv.write_csv(pa.Table.from_pylist(rows, schema=JOIN_SCHEMAS[table]),
+                    folder / f"{seq:04d}.csv")
+    return "delete" if deleting else "insert"
+
+
 def random_join_row(rng: random.Random, table: str) -> dict:
     def maybe(value):
         return None if rng.random() < 0.1 else value
@@ -233,24 +255,27 @@ def test_join_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, te
     rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="rows seed"))
     live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
     read = {s for plan in compiled.plans for s in plan.sources}
+    landed: set[str] = set()
     for seq, (table, op) in enumerate(s for s in steps if s[0] in read):
-        folder = landing / table / ("_deletes" if op == "delete" and live[table] else "")
-        folder.mkdir(parents=True, exist_ok=True)
-        if op == "delete" and live[table]:
-            gone = set(rng.sample(range(len(live[table])), k=rng.randint(1, len(live[table]))))
-            rows = [live[table][i] for i in sorted(gone)]
-            live[table] = [r for i, r in enumerate(live[table]) if i not in gone]
-        else:
-            rows = [random_join_row(rng, table) for _ in range(rng.randint(0, 8))]
-            live[table] += rows
-            op = "insert"
-        pacsv.write_csv(pa.Table.from_pylist(rows, schema=JOIN_SCHEMAS[table]),
-                        folder / f"{seq:04d}.csv")
+        op = land_join_batch(rng, landing, table, op, seq, live)
+        landed.add(table)
         event(f"{op} batch on {table}")
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
-        sources = {t: pa.Table.from_pylist(r, schema=JOIN_SCHEMAS[t]) for t, r in live.items()}
-        for plan in compiled.plans:
-            answer, _ = read_answer(warehouse, plan)
-            diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
-            assert diff is None, f"after batch {seq} ({op} on {table}), view {plan.view}:\n{plan.select}\n{diff}"
+        check_join_answers(compiled, warehouse, live, landed, f"after batch {seq} ({op} on {table})")
+
+
+def check_join_answers(compiled, warehouse: Path, live: dict[str, list[dict]], landed: set[str],
+                       when: str) -> None:
+    """Every view's answer table against DuckDB over the live rows of the join tables.
+
+    A view none of whose tables has had a batch yet has no answer table, and is skipped.  (A
+    table the view names but provably never needs, e.g. always NULL-padded, is not read.)
+    """
+    sources = {t: pa.Table.from_pylist(r, schema=JOIN_SCHEMAS[t]) for t, r in live.items()}
+    for plan in compiled.plans:
+        if not landed & {t.lower() for t in plan.sources}:
+            continue
+        answer, _ = read_answer(warehouse, plan)
+        diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
+        assert diff is None, f"{when}, view {plan.view}:\n{plan.select}\n{diff}"

@@ -42,16 +42,12 @@ import os
 import random
 from collections.abc import Sequence
 
-import pyarrow as pa
-import pyarrow.csv as pacsv
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from incr.compiler import compile_text
-from incr.oracle import diff_answers, oracle_answer
 from incr.runtime.pipeline import Pipeline
-from incr.runtime.report import read_answer
-from tests.runtime.test_equivalence import JOIN_SCHEMAS, JOIN_TABLES, random_join_row
+from tests.runtime.test_equivalence import JOIN_SCHEMAS, JOIN_TABLES, check_join_answers, land_join_batch
 
 EXAMPLES = max(int(os.environ.get("INCR_EQUIV_EXAMPLES", "12")) // 4, 3)
 HEADER = "-- incr: buckets = 2\n"
@@ -630,32 +626,13 @@ def check_program(spark, tmp_path_factory, family: str, program, data) -> None:
     live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
     landed: set[str] = set()
     for seq, (table, op) in enumerate(steps):
-        folder = landing / table / ("_deletes" if op == "delete" and live[table] else "")
-        folder.mkdir(parents=True, exist_ok=True)
-        if op == "delete" and live[table]:
-            gone = set(rng.sample(range(len(live[table])), k=rng.randint(1, len(live[table]))))
-            rows = [live[table][i] for i in sorted(gone)]
-            live[table] = [r for i, r in enumerate(live[table]) if i not in gone]
-        else:
-            rows = [random_join_row(rng, table) for _ in range(rng.randint(0, 8))]
-            live[table] += rows
-            op = "insert"
-        pacsv.write_csv(pa.Table.from_pylist(rows, schema=JOIN_SCHEMAS[table]),
-                        folder / f"{seq:04d}.csv")
+        op = land_join_batch(rng, landing, table, op, seq, live)
         landed.add(table)
         event(f"{op} batch on {table}")
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
-        sources = {t: pa.Table.from_pylist(r, schema=JOIN_SCHEMAS[t]) for t, r in live.items()}
-        for plan in compiled.plans:
-            if not landed & {t.lower() for t in plan.sources}:
-                # No batch of a table it reads yet: no answer table yet.  (A table the view
-                # names but provably never needs, e.g. always NULL-padded, is not read.)
-                continue
-            answer, _ = read_answer(warehouse, plan)
-            diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
-            assert diff is None, (f"{family}: after batch {seq} ({op} on {table}), view "
-                                  f"{plan.view}:\n{plan.select}\n{diff}")
+        check_join_answers(compiled, warehouse, live, landed,
+                           f"{family}: after batch {seq} ({op} on {table})")
 
 
 def family_test(family: str, examples: int = EXAMPLES):

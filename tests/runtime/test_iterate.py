@@ -75,6 +75,21 @@ def _l1(a: dict[int, float], b: dict[int, float]) -> float:
     return sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
 
 
+def _edges(live: list[tuple[int, int]]) -> pa.Table:
+    return pa.table({"src": [s for s, _ in live], "dst": [d for _, d in live]},
+                    schema=pa.schema([("src", pa.int64()), ("dst", pa.int64())]))
+
+
+def _step(plan, edges: pa.Table, x: pa.Table) -> pa.Table:
+    """One step of the view's query, run by DuckDB over ``edges`` with ``x`` as the iterate."""
+    con = duckdb.connect()
+    con.register("e", edges)
+    con.register("x", x)
+    con.execute("CREATE TABLE edges AS SELECT * FROM e")
+    con.execute("CREATE TABLE ranks AS SELECT * FROM x")
+    return con.execute(plan.select).to_arrow_table()
+
+
 def test_pagerank_state_is_exact_for_its_iterate_and_the_error_contracts(spark, tmp_path):
     compiled = compile_text(_pagerank_text(), path="pagerank.sql")
     plan = compiled.plans[0]
@@ -94,20 +109,14 @@ def test_pagerank_state_is_exact_for_its_iterate_and_the_error_contracts(spark, 
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
         answer, _ = read_answer(warehouse, plan)
-        edges = pa.table({"src": [s for s, _ in live], "dst": [d for _, d in live]},
-                         schema=pa.schema([("src", pa.int64()), ("dst", pa.int64())]))
+        edges = _edges(live)
         if seq == 0:
             diff = diff_answers(oracle_iterate(plan, {"edges": edges}), answer, ordered=False)
             assert diff is None, f"first batch differs from the iteration: {diff}"
         # a(T) is one exact step from the stored iterate X.
         runtime = pipeline.views[plan.view]
         x = DeltaStore().read(runtime.iterate_path)
-        con = duckdb.connect()
-        con.register("e", edges)
-        con.register("x", x)
-        con.execute("CREATE TABLE edges AS SELECT * FROM e")
-        con.execute("CREATE TABLE ranks AS SELECT * FROM x")
-        diff = diff_answers(con.execute(plan.select).to_arrow_table(), answer, ordered=False)
+        diff = diff_answers(_step(plan, edges, x), answer, ordered=False)
         assert diff is None, f"batch {seq} ({kind}): a(T) is not step(X): {diff}"
         # The step contracts by 0.85, so the answer (one step from X) is within
         # 0.85 / 0.15 x |answer - X| of the fixpoint: the error is observable and bounded.
@@ -159,14 +168,8 @@ def test_pagerank_with_a_tolerance_keeps_one_row_per_node_and_a_bounded_error(sp
             outdeg[s] = outdeg.get(s, 0) + 1
         assert dict(zip(answer["node"].to_pylist(), answer["outdeg"].to_pylist())) == \
             {n: outdeg.get(n, 0) for n in nodes}
-        edges = pa.table({"src": [s for s, _ in live], "dst": [d for _, d in live]},
-                         schema=pa.schema([("src", pa.int64()), ("dst", pa.int64())]))
-        con = duckdb.connect()
-        con.register("e", edges)
-        con.register("x", x)
-        con.execute("CREATE TABLE edges AS SELECT * FROM e")
-        con.execute("CREATE TABLE ranks AS SELECT * FROM x")
-        diff = diff_answers(con.execute(plan.select).to_arrow_table(), answer, ordered=False)
+        edges = _edges(live)
+        diff = diff_answers(_step(plan, edges, x), answer, ordered=False)
         assert diff is None, f"batch {seq} ({kind}): a(T) is not step(X): {diff}"
         exact = _ranks(oracle_iterate(plan, {"edges": edges}, iterations=300))
         error, step = _l1(_ranks(answer), exact), _l1(_ranks(answer), _ranks(x))
