@@ -43,6 +43,7 @@ PROBES: tuple[tuple[str, str, str, str], ...] = (
     ("Delta compaction", "incr.runtime.store", "DeltaStore", "compact"),
     ("Delta write", "incr.runtime.store", "DeltaStore", "write"),
     ("Delta open (log)", "incr.runtime.store", "DeltaStore", "table"),
+    ("driver SQL (DuckDB)", "incr.runtime.local", "LocalSql", "query"),
 )
 JOB_GROUP = "incr-bench-profile"
 

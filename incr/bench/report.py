@@ -59,9 +59,10 @@ STEPS = ("register files", "read batch", "row index", "view: h + MERGE",
 KINDS = {"Spark job → Arrow": "Spark jobs", "Spark SQL parse/analyse": "Spark analysis",
          "Spark file read setup": "Spark read setup",
          "Delta MERGE": "Delta MERGE", "Delta write": "Delta writes",
-         "Delta compaction": "Delta writes", "Delta open (log)": "Delta log reads"}
-COLUMNS = ("Spark jobs", "Spark read setup", "Spark analysis", "Delta MERGE", "Delta writes",
-           "Delta log reads", "Python/other")
+         "Delta compaction": "Delta writes", "Delta open (log)": "Delta log reads",
+         "driver SQL (DuckDB)": "driver SQL"}
+COLUMNS = ("Spark jobs", "Spark read setup", "Spark analysis", "driver SQL", "Delta MERGE",
+           "Delta writes", "Delta log reads", "Python/other")
 
 
 def _step(path: list[str]) -> str:

@@ -21,7 +21,7 @@ import csv
 import datetime as dt
 import json
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,16 +47,50 @@ _INT_RANGES = {"TINYINT": 8, "SMALLINT": 16, "INTEGER": 32, "BIGINT": 64}
 _INT_TEXT = re.compile(r"\s*[+-]?\d+\s*")
 
 
-@dataclass
 class LoadedBatch:
-    """A batch file as a DataFrame (declared columns + ``_row``) and its row count."""
+    """A batch file as a DataFrame (declared columns + ``_row``) and its row count.
 
-    df: DataFrame
-    rows: int
+    ``arrow`` holds the same rows on the driver (declared Arrow types, ``_row`` last) when
+    the file is small enough for the driver-side path (:mod:`incr.runtime.local`); CSV and
+    JSON files are parsed on the driver anyway, so they always have it.  The DataFrame is
+    then only made when something asks for it: a batch the driver handles whole never
+    touches Spark.
+    """
+
+    def __init__(self, df: DataFrame | Callable[[], DataFrame], rows: int,
+                 arrow: pa.Table | None = None):
+        self._df = df if not callable(df) else None
+        self._make = df if callable(df) else None
+        self.rows = rows
+        self.arrow = arrow
+        self._cache = False
+
+    @property
+    def df(self) -> DataFrame:
+        """The batch as a Spark DataFrame (cached if :meth:`cache` was asked for)."""
+        if self._df is None:
+            self._df = self._make()
+            if self._cache:
+                self._df = self._df.cache()
+        return self._df
+
+    def cache(self) -> None:
+        """Keeps the DataFrame in Spark's cache once made (several readers will scan it)."""
+        if not self._cache and self._df is not None:
+            self._df = self._df.cache()
+        self._cache = True
+
+    def unpersist(self) -> None:
+        """Drops the cached DataFrame, if one was made."""
+        if self._df is not None and self._cache:
+            self._df.unpersist()
 
 
-def load_batch(spark: SparkSession, table: TableDecl, path: Path, display: str) -> LoadedBatch:
+def load_batch(spark: SparkSession, table: TableDecl, path: Path, display: str,
+               local_rows: int = 0) -> LoadedBatch:
     """Reads ``path`` as a batch of ``table``; ``display`` is how messages name the file.
+
+    A Parquet file of at most ``local_rows`` rows is also read into Arrow on the driver.
 
     Raises:
         InputError: the file is unreadable, has the wrong columns, or a value of the wrong
@@ -67,13 +101,13 @@ def load_batch(spark: SparkSession, table: TableDecl, path: Path, display: str) 
         raise InputError("the batch file is gone (it was registered; restore it, or run "
                          "`incr skip` to drop the batch)", Location(display))
     if fmt == "parquet":
-        return _parquet(spark, table, path, display)
+        return _parquet(spark, table, path, display, local_rows)
     data = _csv(table, path, display) if fmt == "csv" else _json(table, path, display)
     _check_not_null(table, data, display)
     data = data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
-    df = spark.createDataFrame(data) if data.num_rows else spark.createDataFrame(
-        data.schema.empty_table())
-    return LoadedBatch(_typed(df, table), data.num_rows)
+    # An empty parse may hold no chunk at all, which Spark refuses: give it an empty one.
+    rows = data if data.num_rows else data.schema.empty_table()
+    return LoadedBatch(lambda: _typed(spark.createDataFrame(rows), table), data.num_rows, data)
 
 
 def _typed(df: DataFrame, table: TableDecl) -> DataFrame:
@@ -264,7 +298,8 @@ def _json_value(value: Any, t: SqlType) -> Any:
 
 
 # -- Parquet -----------------------------------------------------------------------------------
-def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str) -> LoadedBatch:
+def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str,
+             local_rows: int) -> LoadedBatch:
     from pyspark.sql import functions as F
 
     try:
@@ -278,14 +313,23 @@ def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str) ->
         if not _parquet_fits(file_type, col.type):
             raise InputError(f"column {col.name} is {file_type} in the file but declared {col.type}",
                              Location(display))
-    reader = spark.read
-    file_schema = _spark_schema(schema, [by_name[c.name] for c in table.columns])
-    if file_schema is not None:  # the footer is read already: spare Spark a job inferring it
-        reader = reader.schema(file_schema)
-    df = reader.parquet(str(path))
-    cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
-            for c in table.columns]
-    df = df.select(*cols, (F.col("_metadata.row_index") + 1).alias(ROW))
+
+    def spark_df() -> DataFrame:
+        reader = spark.read
+        file_schema = _spark_schema(schema, [by_name[c.name] for c in table.columns])
+        if file_schema is not None:  # the footer is read already: spare Spark a job inferring it
+            reader = reader.schema(file_schema)
+        cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
+                for c in table.columns]
+        return reader.parquet(str(path)).select(
+            *cols, (F.col("_metadata.row_index") + 1).alias(ROW))
+
+    data = _parquet_arrow(table, path, by_name) if meta.num_rows <= local_rows else None
+    if data is not None:
+        _check_not_null(table, data, display)
+        data = data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
+        return LoadedBatch(spark_df, meta.num_rows, data)
+    df = spark_df()
     required = [c.name for c in table.columns if c.not_null]
     if required:
         cond = F.lit(False)
@@ -297,6 +341,17 @@ def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str) ->
             raise InputError(f"row {bad[0][ROW]}, column {column}: NULL in a NOT NULL column",
                              Location(display))
     return LoadedBatch(df, meta.num_rows)
+
+
+def _parquet_arrow(table: TableDecl, path: Path, by_name: dict[str, str]) -> pa.Table | None:
+    """The file's declared columns as Arrow, or None when a value would need Spark's
+    conversion (e.g. nanosecond timestamps, which Spark truncates and a safe cast refuses)."""
+    data = pq.read_table(path, columns=[by_name[c.name] for c in table.columns])
+    try:
+        return data.rename_columns([c.name for c in table.columns]).cast(
+            _nullable_schema(table.columns))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
 
 
 def _spark_schema(schema: pa.Schema, names: list[str]):
@@ -377,8 +432,11 @@ def _match_columns(table: TableDecl, names: list[str], display: str,
 
 
 def _check_not_null(table: TableDecl, data: pa.Table, display: str) -> None:
-    for col in table.columns:
-        if col.not_null and data.column(col.name).null_count:
-            first = pc.index(pc.is_null(data.column(col.name)), True).as_py()
-            raise InputError(f"row {first + 1}, column {col.name}: NULL in a NOT NULL column",
-                             Location(display))
+    """The first row with a NULL in a NOT NULL column (and its first such column) is an error."""
+    firsts = [(pc.index(pc.is_null(data.column(col.name)), True).as_py(), n, col.name)
+              for n, col in enumerate(table.columns)
+              if col.not_null and data.column(col.name).null_count]
+    if firsts:
+        row, _, name = min(firsts)
+        raise InputError(f"row {row + 1}, column {name}: NULL in a NOT NULL column",
+                         Location(display))

@@ -38,6 +38,7 @@ from incr.compiler.plan import WEIGHT, IncrementalPlan
 from incr.compiler.sqlgen import q
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
+from incr.runtime.local import LocalSql
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.session import TempViews, read_delta
 from incr.runtime.store import DeltaStore
@@ -75,6 +76,15 @@ class IterativeRuntime:
         self.dx_path = self.step.state_root / "_dx"
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
         self._views = TempViews(spark, f"incr_{plan.view}_it_")
+
+    @property
+    def local(self) -> LocalSql | None:
+        """The driver-side path of the step's answers (the loop itself stays in Spark)."""
+        return self.step.local
+
+    @local.setter
+    def local(self, engine: LocalSql | None) -> None:
+        self.step.local = engine
 
     # -- progress, as ViewRuntime ------------------------------------------------------------
     def state_through(self) -> int:

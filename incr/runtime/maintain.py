@@ -41,6 +41,7 @@ caught up.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,6 +61,7 @@ from incr.compiler.sqlgen import (
 from incr.errors import StorageError
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
+from incr.runtime.local import LocalSql
 from incr.runtime.session import TempViews, read_delta
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable
@@ -109,6 +111,9 @@ class ViewRuntime:
         self.answer_path = warehouse / "answers" / plan.view
         self._ready = False
         self._views = TempViews(spark, f"incr_{plan.view}_")
+        self.local: LocalSql | None = None  # the driver-side path for small inputs, if enabled
+        self._local_rows: dict[str, pa.Table] = {}  # batch view -> its rows, during a fold
+        self._register: Callable[[], None] | None = None  # makes the batch's temp view
 
     def table_path(self, table: str) -> Path:
         return self.state_root / table
@@ -149,14 +154,22 @@ class ViewRuntime:
                                                        str(self.table_path(table))))
 
     # -- one batch ---------------------------------------------------------------------------
-    def apply(self, batch: int, kind: str, source: str, batch_view: str) -> ViewMetrics:
-        """Folds a batch of ``source`` (temp view ``batch_view``) into state, then publishes a."""
+    def apply(self, batch: int, kind: str, source: str, batch_view: str,
+              arrow: pa.Table | None = None,
+              register: Callable[[], None] | None = None) -> ViewMetrics:
+        """Folds a batch of ``source`` (temp view ``batch_view``) into state, then publishes a.
+
+        ``arrow``, when given, holds the batch's rows on the driver: small enough, h of a
+        stage reading the batch directly runs there (:mod:`incr.runtime.local`).
+        ``register``, when given, makes the temp view: it is called before Spark reads it.
+        """
         metrics = ViewMetrics(self.plan.view, batch)
         if kind == DELETE and any(s.append_only and self.plan.depends_on(s, source)
                                   for s in self.plan.stages):
             raise StorageError(f"view {self.plan.view}: {source} is append-only, yet a delete "
                                f"batch reached it")
-        self.fold(batch, source, batch_view, -1 if kind == DELETE else 1, metrics)
+        self.fold(batch, source, batch_view, -1 if kind == DELETE else 1, metrics, arrow,
+                  register)
         faults.crash_point("view.after_state", batch)
         t3 = time.perf_counter()
         metrics.answer_rows = self.publish(batch)
@@ -164,7 +177,8 @@ class ViewRuntime:
         faults.crash_point("view.after_answer", batch)
         return metrics
 
-    def fold(self, batch: int, source: str, view: str, sign: int, metrics: ViewMetrics) -> None:
+    def fold(self, batch: int, source: str, view: str, sign: int, metrics: ViewMetrics,
+             arrow: pa.Table | None = None, register: Callable[[], None] | None = None) -> None:
         """Folds changes of ``source`` into every stage they reach; the answer is not written.
 
         ``view`` holds plain rows, all inserted (``sign`` +1) or all deleted (-1), or with
@@ -183,9 +197,14 @@ class ViewRuntime:
         if all(self._through(t) >= batch for t in tables):
             return  # committed everywhere (and outboxes may have moved on to later numbers)
         batch_view = view
+        if arrow is not None and self.local is not None and arrow.num_rows <= self.local.max_rows:
+            self._local_rows = {batch_view: arrow}
+        self._register = register
+        if not self._local_rows or not all(self._fast(s) for s in reached):
+            self._spark_batch()
         try:
-            if sign == 0:
-                signed = view
+            if sign == 0 or all(s.direct for s in reached):
+                signed = view  # direct stages read the plain batch (see _stage_delta)
             else:
                 signed = self._sql_view(f"batch_{source}", f"SELECT *, CAST({sign} AS BIGINT) "
                                         f"AS {q(WEIGHT)} FROM {view}")
@@ -205,7 +224,21 @@ class ViewRuntime:
                 elif self.plan.consumers(stage.name):
                     outboxes[stage.name] = self._outbox_view(stage, batch)
         finally:
+            self._local_rows = {}
+            self._register = None
             self._release()
+
+    def _fast(self, stage: StagePlan) -> bool:
+        """True when the stage takes the fast path over the plain batch: a direct stage that
+        stores its state and hands nothing on (the only path the driver can run whole)."""
+        return (stage.direct and not self.plan.virtual(stage) and not self.plan.streams(stage)
+                and not self.plan.consumers(stage.name))
+
+    def _spark_batch(self) -> None:
+        """Makes sure Spark can read the batch's temp view."""
+        if self._register is not None:
+            self._register()
+            self._register = None
 
     def _apply_stage(self, stage: StagePlan, batch: int, changes: dict[str, tuple[str, int]],
                      batch_view: str, metrics: ViewMetrics) -> str | None:
@@ -305,11 +338,22 @@ class ViewRuntime:
         for table in pending:
             faults.crash_point("view.before_merge", batch)
             t0 = time.perf_counter()
-            h = self.spark.sql(self.plan.h_sql(table.name, rows)).toArrow()
+            h = self._h(table, rows)
             t1 = time.perf_counter()
             touched = self._merge(table, specs[table.name], h, batch, DELETE if sign < 0 else "insert")
             self._record(metrics, table.name, h.num_rows, t1 - t0, time.perf_counter() - t1, touched)
             faults.crash_point("view.after_merge", batch)
+
+    def _h(self, table: StateTable, rows: str) -> pa.Table:
+        """h for ``table`` over the rows registered as ``rows``, on the driver when they are."""
+        sql = self.plan.h_sql(table.name, rows)
+        if rows in self._local_rows:
+            target = pa.schema(self.store.table(self.table_path(table.name)).schema().to_arrow())
+            data = self.local.query(sql, {rows: self._local_rows[rows]}, target)
+            if data is not None:
+                return data
+        self._spark_batch()
+        return self.spark.sql(sql).toArrow()
 
     def _combine_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
                        batch: int, outbox: bool, metrics: ViewMetrics) -> None:
@@ -523,12 +567,32 @@ class ViewRuntime:
 
     # -- the answer --------------------------------------------------------------------------
     def compute_answer(self) -> pa.Table:
-        """a(state) from the current state tables."""
+        """a(state) from the current state tables (on the driver when the state is small)."""
+        answer = self._local_answer()
+        if answer is not None:
+            return answer
         try:
             views = {t.name: self._state_view(t.name) for t in self.plan.main_tables}
             return self.spark.sql(self.plan.answer_sql(views)).toArrow()
         finally:
             self._release()
+
+    def _local_answer(self) -> pa.Table | None:
+        """a(state) by DuckDB over the state read with delta-rs, cast to the schema Spark gave
+        the published answer; None (use Spark) before the first answer of this answer query,
+        or when the state is large or the query is outside the driver-side path."""
+        if self.local is None or self.answer_through() < 0:
+            return None
+        tables = {t.name: self.store.table(self.table_path(t.name)) for t in self.plan.main_tables}
+        counts = [n for dt in tables.values()
+                  for n in pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()]
+        if None in counts or sum(counts) > self.local.max_state_rows:  # no stats: assume large
+            return None
+        names = {t: f"incr_state_{t}" for t in tables}
+        target = pa.schema(self.store.table(self.answer_path).schema().to_arrow())
+        return self.local.query(self.plan.answer_sql(names),
+                                {names[t]: dt.to_pyarrow_table() for t, dt in tables.items()},
+                                target)
 
     def publish(self, batch: int) -> int:
         """Writes a(state) as the answer table's version for ``batch`` (once)."""

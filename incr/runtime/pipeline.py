@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
 
 from incr.compiler import CompiledProgram
 from incr.compiler.program import TableDecl
@@ -34,6 +37,7 @@ from incr.runtime.ingest import LoadedBatch, load_batch
 from incr.runtime.iterate import view_runtime
 from incr.runtime.landing import DELETE, INSERT, discover, sha256_of
 from incr.runtime.ledger import Batch, Ledger
+from incr.runtime.local import DEFAULT_MAX_ROWS, LocalSql
 from incr.runtime.lock import locked
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.rowindex import RowIndex
@@ -101,7 +105,11 @@ class Pipeline:
     """Runs one compiled program against a landing area and a warehouse."""
 
     def __init__(self, compiled: CompiledProgram, landing: Path | str, warehouse: Path | str,
-                 spark: SparkSession | None = None, store: DeltaStore | None = None):
+                 spark: SparkSession | None = None, store: DeltaStore | None = None,
+                 local_rows: int | None = None):
+        """``local_rows``: batches of at most this many rows take the driver-side path
+        (:mod:`incr.runtime.local`) where it applies; 0 keeps everything in Spark.  The
+        default is ``INCR_LOCAL_ROWS`` from the environment, else 200,000."""
         self.compiled = compiled
         self.landing = Path(landing)
         self.warehouse = Path(warehouse)
@@ -115,6 +123,9 @@ class Pipeline:
         self.indexes = {name: RowIndex(self.store, self.meta / "rows" / name, t)
                         for name, t in self.tables.items() if not t.append_only}
         self._views: dict[str, ViewRuntime] | None = None
+        if local_rows is None:
+            local_rows = int(os.environ.get("INCR_LOCAL_ROWS", DEFAULT_MAX_ROWS))
+        self.local = LocalSql(local_rows) if local_rows > 0 else None
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
@@ -130,6 +141,8 @@ class Pipeline:
         if self._views is None:
             self._views = {p.view: view_runtime(p, self.store, self.spark, self.warehouse)
                            for p in self.compiled.plans}
+            for v in self._views.values():
+                v.local = self.local
         return self._views
 
     def _view_runtime(self, name: str) -> ViewRuntime:
@@ -281,14 +294,14 @@ class Pipeline:
         report = BatchReport(batch.seq, batch.path, batch.table, batch.kind, loaded.rows,
                              read_s=time.perf_counter() - t0)
         if len(consumers) > 1 or batch.table in self.indexes:
-            loaded.df = loaded.df.cache()
+            loaded.cache()
         try:
             t1 = time.perf_counter()
             self._index(batch, loaded, progress)
             report.index_s = time.perf_counter() - t1
             report.views = self._fold(batch, loaded, consumers)
         finally:
-            loaded.df.unpersist()
+            loaded.unpersist()
         report.total_s = time.perf_counter() - t0
         return report
 
@@ -300,7 +313,8 @@ class Pipeline:
                              f"so delete batches are refused; remove the option to allow "
                              f"deletions", Location(display))
         self._check_unchanged(batch, path, progress)
-        return load_batch(self.spark, self.tables[batch.table], path, display)
+        return load_batch(self.spark, self.tables[batch.table], path, display,
+                          self.local.max_rows if self.local else 0)
 
     def _check_unchanged(self, batch: Batch, path: Path, progress: _Progress) -> None:
         if not path.is_file():
@@ -322,19 +336,38 @@ class Pipeline:
         if index is None or progress.index_done(batch):
             return
         if batch.kind == INSERT:
-            index.record_inserts(loaded.df, batch.seq)
+            index.record_inserts(lambda: loaded.df, batch.seq, self._local_rows(loaded))
         else:
-            index.record_deletes(self.spark, loaded.df, batch.seq, str(self.landing / batch.path))
+            index.record_deletes(self.spark, lambda: loaded.df, batch.seq,
+                                 str(self.landing / batch.path), self._local_rows(loaded))
         progress.indexes[batch.table] = batch.seq
         faults.crash_point("index.after_commit", batch.seq)
 
     def _fold(self, batch: Batch, loaded: LoadedBatch, views: list[ViewRuntime]) -> list[ViewMetrics]:
         name = f"incr_batch_{batch.table}"
-        loaded.df.createOrReplaceTempView(name)
+        registered = False
+
+        def register() -> None:  # the temp view, once a view's fold needs Spark to read it
+            nonlocal registered
+            if not registered:
+                loaded.df.createOrReplaceTempView(name)
+                registered = True
+
         out = []
         for v in views:
-            out.append(v.apply(batch.seq, batch.kind, batch.table, name))
+            if isinstance(v, ViewRuntime):
+                out.append(v.apply(batch.seq, batch.kind, batch.table, name,
+                                   self._local_rows(loaded), register))
+            else:  # the iterative loop stays in Spark
+                register()
+                out.append(v.apply(batch.seq, batch.kind, batch.table, name))
         return out
+
+    def _local_rows(self, loaded: LoadedBatch) -> pa.Table | None:
+        """The batch's rows on the driver, when it is small enough for the driver-side path."""
+        if self.local is None or loaded.arrow is None or loaded.rows > self.local.max_rows:
+            return None
+        return loaded.arrow
 
     def _check_answer_ownership(self) -> None:
         for v in self.views.values():

@@ -7,6 +7,8 @@ keeps a **row index**: a Delta table of (h1, h2, n) where (h1, h2) is a 128-bit 
 a whole row (two salted xxhash64 chains over every column and its NULL flag) and ``n`` a signed
 count.  Insert batches append +count, delete batches append -count after checking that
 every deleted row has enough live copies; compaction folds the log (rows summing to 0 go).
+Small batches are fingerprinted and checked on the driver (:mod:`~incr.runtime.sparkhash`
+gives the same numbers as Spark), large ones in Spark.
 
 The index is per program and committed with the batch number, like every other table, so
 checking and recording a batch happen exactly once.
@@ -14,14 +16,17 @@ checking and recording a batch happen exactly once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from incr.compiler.program import TableDecl
 from incr.errors import InputError, Location
+from incr.runtime import sparkhash
 from incr.runtime.ingest import ROW
 from incr.runtime.session import read_delta
 from incr.runtime.store import DeltaStore
@@ -30,7 +35,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 _SCHEMA = pa.schema([("h1", pa.int64()), ("h2", pa.int64()), ("n", pa.int64())])
+_SALT = "incr-row-index"
 COMPACT_AFTER_FILES = 32
+LOCAL_INDEX_ROWS = 5_000_000  # the driver checks deletes against an index up to this size
 SHOW_BAD_ROWS = 3
 
 
@@ -62,24 +69,82 @@ class RowIndex:
         for col in self.table.columns:
             parts += [F.col(col.name).isNull(), F.col(col.name)]
         return df.withColumn("h1", F.xxhash64(*parts)).withColumn(
-            "h2", F.xxhash64(F.lit("incr-row-index"), *parts))
+            "h2", F.xxhash64(F.lit(_SALT), *parts))
 
-    def record_inserts(self, df: DataFrame, batch: int) -> IndexMetrics:
-        """Adds the batch's rows to the live set."""
+    def local_fingerprints(self, data: pa.Table) -> pa.Table | None:
+        """:meth:`fingerprints` computed on the driver (h1, h2 per row), the same numbers
+        (:mod:`~incr.runtime.sparkhash`); None when a column type is not reproduced."""
+        parts = []
+        for col in self.table.columns:
+            parts += [data[col.name].is_null(), data[col.name]]
+        try:
+            return pa.table({"h1": sparkhash.xxhash64(parts),
+                             "h2": sparkhash.xxhash64(parts, seed=sparkhash.string_hash(_SALT))})
+        except sparkhash.UnsupportedType:
+            return None
+
+    def record_inserts(self, df: DataFrame | Callable[[], DataFrame], batch: int,
+                       arrow: pa.Table | None = None) -> IndexMetrics:
+        """Adds the batch's rows to the live set: on the driver when ``arrow`` has them, else
+        in Spark over ``df`` (or what calling it returns)."""
         from pyspark.sql import functions as F
 
-        counts = (self.fingerprints(df).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
-                  .toArrow())
+        hashed = self.local_fingerprints(arrow) if arrow is not None else None
+        if hashed is not None:
+            grouped = hashed.group_by(["h1", "h2"]).aggregate([("h1", "count")])
+            counts = pa.table({"h1": grouped["h1"], "h2": grouped["h2"], "n": grouped["h1_count"]})
+        else:
+            df = df() if callable(df) else df
+            counts = (self.fingerprints(df).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
+                      .toArrow())
         self._append(counts, batch)
         return IndexMetrics(counts.num_rows, self._maybe_compact())
 
-    def record_deletes(self, spark: SparkSession, df: DataFrame, batch: int, display: str) -> IndexMetrics:
+    def record_deletes(self, spark: SparkSession, df: DataFrame | Callable[[], DataFrame],
+                       batch: int, display: str, arrow: pa.Table | None = None) -> IndexMetrics:
         """Checks every deleted row is live (enough copies), then removes them from the set.
+
+        With ``arrow`` (the batch on the driver) and an index of at most
+        ``LOCAL_INDEX_ROWS`` rows, the check runs on the driver; else in Spark over ``df``.
 
         Raises:
             InputError: naming the file and the first rows that are not live; nothing is
                 recorded.
         """
+        removed = self._local_deletes(arrow, display) if arrow is not None else None
+        if removed is None:
+            removed = self._spark_deletes(spark, df() if callable(df) else df, display)
+        self._append(removed, batch)
+        return IndexMetrics(removed.num_rows, self._maybe_compact())
+
+    def _local_deletes(self, arrow: pa.Table, display: str) -> pa.Table | None:
+        """The index rows that remove ``arrow``'s rows, checked by pyarrow; None: use Spark."""
+        hashed = self.local_fingerprints(arrow)
+        if hashed is None:
+            return None
+        dt = self.store.table(self.path)
+        counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
+        if None in counts or sum(counts) > LOCAL_INDEX_ROWS:
+            return None
+        grouped = hashed.append_column(ROW, arrow[ROW]).group_by(["h1", "h2"]).aggregate(
+            [(ROW, "count"), (ROW, "min")])
+        wanted = pa.table({"h1": grouped["h1"], "h2": grouped["h2"],
+                           "d": grouped[f"{ROW}_count"], "first_row": grouped[f"{ROW}_min"]})
+        index = dt.to_pyarrow_table(columns=["h1", "h2", "n"])
+        index = index.filter(pc.is_in(index["h1"], value_set=wanted["h1"].combine_chunks()))
+        summed = index.group_by(["h1", "h2"]).aggregate([("n", "sum")])
+        live = pa.table({"h1": summed["h1"], "h2": summed["h2"], "live": summed["n_sum"]})
+        joined = wanted.join(live, ["h1", "h2"], join_type="left outer")
+        bad = joined.filter(pc.less(pc.fill_null(joined["live"], 0), joined["d"]))
+        if bad.num_rows:
+            names = [c.name for c in self.table.columns]
+            offenders = [{**r, **arrow.slice(r["first_row"] - 1, 1).select(names).to_pylist()[0]}
+                         for r in bad.sort_by("first_row").slice(0, SHOW_BAD_ROWS).to_pylist()]
+            raise InputError(self._message(offenders, bad.num_rows), Location(display))
+        return pa.table({"h1": wanted["h1"], "h2": wanted["h2"], "n": pc.negate(wanted["d"])})
+
+    def _spark_deletes(self, spark: SparkSession, df: DataFrame, display: str) -> pa.Table:
+        """The index rows that remove ``df``'s rows, checked by a semi-join in Spark."""
         from pyspark.sql import functions as F
 
         hashed = self.fingerprints(df)
@@ -97,11 +162,9 @@ class RowIndex:
             if offenders:
                 total = bad.count()
                 raise InputError(self._message(offenders, total), Location(display))
-            removed = wanted.select("h1", "h2", (-F.col("d")).alias("n")).toArrow()
+            return wanted.select("h1", "h2", (-F.col("d")).alias("n")).toArrow()
         finally:
             wanted.unpersist()
-        self._append(removed, batch)
-        return IndexMetrics(removed.num_rows, self._maybe_compact())
 
     def _message(self, offenders: list, total: int) -> str:
         shown = []

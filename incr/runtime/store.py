@@ -13,6 +13,7 @@ not available here (DESIGN §4).  Two properties matter to the rest of incr:
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,7 +58,16 @@ class MergeMetrics:
 
 
 class DeltaStore:
-    """Reads and writes Delta tables on a local (or fsspec-reachable) path."""
+    """Reads and writes Delta tables on a local (or fsspec-reachable) path.
+
+    Opened tables are kept and brought up to date with ``update_incremental`` (reading only
+    the commits since), which costs a fraction of opening the log again: a batch asks
+    about the same few tables a dozen times.  A kept table is dropped when its last commit
+    file is no longer the one it read (the directory was removed or the table recreated).
+    """
+
+    def __init__(self) -> None:
+        self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -65,11 +75,31 @@ class DeltaStore:
         return DeltaTable.is_deltatable(str(path))
 
     def table(self, path: str | Path) -> DeltaTable:
-        """The table at ``path``, or a StorageError saying which is missing."""
+        """The table at ``path`` (current version), or a StorageError saying which is missing."""
+        key = str(path)
+        kept = self._open.get(key)
+        if kept is not None:
+            dt, stamp = kept
+            if stamp is not None and _commit_stamp(key, dt.version()) == stamp:
+                try:
+                    dt.update_incremental()
+                    self._open[key] = (dt, _commit_stamp(key, dt.version()))
+                    return dt
+                except DeltaError:
+                    pass
+            del self._open[key]
         try:
-            return DeltaTable(str(path))
+            dt = DeltaTable(key)
         except TableNotFoundError as e:
             raise StorageError(f"no Delta table at {path}") from e
+        self._open[key] = (dt, _commit_stamp(key, dt.version()))
+        return dt
+
+    def forget(self, path: str | Path) -> None:
+        """Drops kept tables at or under ``path`` (after removing them)."""
+        root = str(path)
+        for key in [k for k in self._open if k == root or k.startswith(root.rstrip("/") + "/")]:
+            del self._open[key]
 
     def batch_version(self, path: str | Path) -> int | None:
         """The last batch committed to the table (None: table missing or never written by a batch)."""
@@ -98,9 +128,10 @@ class DeltaStore:
 
     def read(self, path: str | Path, version: int | None = None) -> pa.Table:
         """The table's rows as Arrow (current version, or ``version`` by time travel)."""
-        dt = self.table(path)
-        if version is not None:
-            dt.load_as_version(version)
+        if version is None:
+            return self.table(path).to_pyarrow_table()
+        dt = DeltaTable(str(path))  # time travel moves the object: not a kept one
+        dt.load_as_version(version)
         return dt.to_pyarrow_table()
 
     def history(self, path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
@@ -123,9 +154,12 @@ class DeltaStore:
         ``mode`` is ``append`` or ``overwrite``; the table is created on first write.
         """
         Path(path).mkdir(parents=True, exist_ok=True)
+        target: str | DeltaTable = str(path)
+        if target in self._open:  # spares delta-rs opening the log again
+            target = self.table(path)
         try:
             write_deltalake(
-                str(path), data, mode=mode,
+                target, data, mode=mode,
                 partition_by=list(partition_by) if partition_by else None,
                 description=description,
                 schema_mode="overwrite" if replace_schema else None,
@@ -169,6 +203,7 @@ class DeltaStore:
     def remove(self, path: str | Path) -> None:
         """Deletes a table directory (used for state that a changed view no longer owns)."""
         shutil.rmtree(path, ignore_errors=True)
+        self.forget(path)
 
 
 class Merge:
@@ -259,6 +294,15 @@ class Merge:
             self._store.write(self._path, target.empty_table(), mode="append", batch=self._batch,
                               metadata=self._metadata)
         return metrics
+
+
+def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:
+    """Size and mtime of a table's commit file ``version`` (None: not a local file)."""
+    try:
+        st = os.stat(os.path.join(root, "_delta_log", f"{version:020d}.json"))
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns
 
 
 def _commit(batch: int | None, metadata: Mapping[str, str] | None) -> CommitProperties:

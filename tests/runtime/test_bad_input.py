@@ -372,3 +372,29 @@ def test_cli_run_exits_3_and_names_the_file(spark, dirs, capsys):
     finally:
         # The CLI's spark_session() re-applies incr's defaults to the shared test session.
         spark.conf.set("spark.sql.shuffle.partitions", shuffle)
+
+
+# -- the driver-side path and Spark check deletes alike -------------------------------------------
+def test_bad_delete_message_is_the_same_on_the_driver_and_in_spark(baseline, tmp_path, spark):
+    """Small batches check deletes on the driver (pyarrow, our Spark hash), large ones in
+    Spark: both must reject the same rows with the same words, and accept the same fix."""
+    bad = csv_bytes([("a", 1, 1.5), ("zz", 7, 7.0), ("a", 1, 1.5), ("c", None, -1.0),
+                     ("yy", None, None), ("qq", 1, 1.0)])
+    messages = {}
+    for local_rows in (0, 1000):
+        root = tmp_path / f"local-{local_rows}"
+        for name in ("landing", "warehouse"):
+            shutil.copytree(baseline / name, root / name)
+        pipeline = Pipeline(COMPILED, root / "landing", root / "warehouse", spark=spark,
+                            local_rows=local_rows)
+        path = land(root / "landing", "0001_d.csv", bad, delete=True)
+        report = pipeline.run()
+        assert report.rejected is not None and report.applied == []
+        messages[local_rows] = str(report.rejected).replace(str(path), "FILE")
+        land(root / "landing", "0001_d.csv", csv_bytes([("a", 1, 1.5), ("c", None, -1.0)]),
+             delete=True)
+        fixed = pipeline.run()
+        assert fixed.rejected is None and [b.seq for b in fixed.applied] == [1]
+        assert_oracle(root / "warehouse", live(BASE, [("a", 1, 1.5), ("c", None, -1.0)]))
+    assert messages[0] == messages[1000]
+    assert "deleted 2 time(s), 1 live copy" in messages[0] and "(and 1 more)" in messages[0]
