@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from incr.runtime.landing import LandedFile, sha256_of
 from incr.runtime.store import DeltaStore
@@ -47,19 +48,46 @@ class Batch:
         return f"batch {self.seq} ({self.path})"
 
 
+COMPACT_AFTER_FILES = 64
+_EVENT_ORDER = ["register", "refresh", "skip"]
+
+
 class Ledger:
-    """The event log of one program's batches."""
+    """The event log of one program's batches.
+
+    A run asks the ledger several things (known paths, next number, live batches); the
+    events are read once per table version and kept.  Every append adds a file, so the log
+    is rewritten as one file once it has more than ``COMPACT_AFTER_FILES``: a program that
+    has run for a year reads one file, not thousands.
+    """
 
     def __init__(self, store: DeltaStore, path: Path):
         self.store = store
         self.path = path
+        self._kept: tuple[int, pa.Table] | None = None  # (table version, its events)
+
+    def _events(self) -> pa.Table | None:
+        """Every event (None: no ledger yet), read again only when the table moved on."""
+        if not self.store.exists(self.path):
+            self._kept = None
+            return None
+        version = self.store.table(self.path).version()
+        if self._kept is None or self._kept[0] != version:
+            self._kept = (version, self.store.read(self.path))
+        return self._kept[1]
 
     def batches(self) -> list[Batch]:
         """Live batches (registered, not skipped), in batch-number order."""
-        if not self.store.exists(self.path):
+        events = self._events()
+        if events is None:
             return []
+        # Files are not read back in commit order, so the order of a batch's events comes
+        # from their meaning (registered, then refreshed, then skipped) and their time.
+        rank = pc.index_in(events["event"], value_set=pa.array(_EVENT_ORDER))
+        ordered = events.append_column("_rank", rank).sort_by(
+            [("seq", "ascending"), ("_rank", "ascending"), ("at", "ascending")])
         live: dict[int, Batch] = {}
-        for row in self.store.read(self.path).sort_by("seq").to_pylist():
+        for row in ordered.to_pylist():
             seq = row["seq"]
             if row["event"] == "register":
                 live[seq] = Batch(seq, row["table"], row["kind"], row["path"], row["size"],
@@ -73,10 +101,8 @@ class Ledger:
 
     def all_paths(self) -> set[str]:
         """Every path ever registered (skipped ones included: they are not re-registered)."""
-        if not self.store.exists(self.path):
-            return set()
-        table = self.store.read(self.path)
-        return set(table.column("path").to_pylist())
+        events = self._events()
+        return set() if events is None else set(events.column("path").to_pylist())
 
     def register(self, landed: list[LandedFile], landing: Path) -> list[Batch]:
         """Registers files not seen before, numbering them after the existing batches."""
@@ -101,16 +127,16 @@ class Ledger:
         self._append([self._row(batch, "skip")])
 
     def _next_seq(self) -> int:
-        if not self.store.exists(self.path):
-            return 0
-        seqs = self.store.read(self.path).column("seq").to_pylist()
+        events = self._events()
+        seqs = [] if events is None else events.column("seq").to_pylist()
         return max(seqs) + 1 if seqs else 0
 
     def _row(self, b: Batch, event: str) -> dict:
         return {"seq": b.seq, "event": event, "table": b.table, "kind": b.kind, "path": b.path,
                 "size": b.size, "mtime_ns": b.mtime_ns, "sha256": b.sha256,
-                "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")}
 
     def _append(self, rows: list[dict]) -> None:
         self.store.write(self.path, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="append",
                          batch=None, description="incr batch ledger (append-only event log)")
+        self.store.compact(self.path, ("seq",), COMPACT_AFTER_FILES)
