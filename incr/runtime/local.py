@@ -129,18 +129,21 @@ class LocalSql:
         finally:
             for name in tables:
                 self._con.unregister(name)
-        if prepared.bucket is not None:
-            column, theta, count = prepared.bucket
-            try:
-                values = sparkhash.buckets([result[c] for c in theta], count)
-            except sparkhash.UnsupportedType:
-                return None
-            result = result.set_column(result.schema.get_field_index(column), column, values)
         if sorted(result.column_names) != sorted(schema.names):
             return None
         try:
             out = pa.table([result[f.name].cast(f.type) for f in schema], schema=schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return None
+        if prepared.bucket is not None:
+            # Hashed after the cast: Spark hashes its own types (an INT and a BIGINT of the
+            # same value hash differently), and DuckDB may have widened a key expression.
+            column, theta, count = prepared.bucket
+            try:
+                values = sparkhash.buckets([out[c] for c in theta], count)
+            except sparkhash.UnsupportedType:
+                return None
+            index = out.schema.get_field_index(column)
+            out = out.set_column(index, schema.field(index), values.cast(schema.field(index).type))
         self.queries += 1
         return out

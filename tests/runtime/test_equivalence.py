@@ -43,7 +43,7 @@ TABLE = """CREATE TABLE t (
 SCHEMA = pa.schema([("k1", pa.string()), ("k2", pa.int64()), ("v", pa.int64()),
                     ("x", pa.float64()), ("d", pa.decimal128(10, 2))])
 
-KEYS = ["k1", "k2", "k2 % 2", "upper(k1)", "CASE WHEN v > 10 THEN 'big' ELSE 'small' END"]
+KEYS = ["k1", "k2", "k2 % 2", "upper(k1)", "d * 2", "CASE WHEN v > 10 THEN 'big' ELSE 'small' END"]
 AGGREGATES = [
     "COUNT(*)", "COUNT(v)", "SUM(v)", "SUM(x)", "SUM(d)", "AVG(x)", "AVG(v)", "AVG(d)",
     "MIN(x)", "MAX(v)", "MIN(k1)", "MAX(d)", "COUNT(DISTINCT v)", "COUNT(DISTINCT k1)",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from incr.compiler import compile_text
 from incr.runtime.local import LocalSql, prepare
@@ -12,6 +13,7 @@ PROGRAM = """-- incr: buckets = 8
 CREATE TABLE s (x BIGINT, y BIGINT, name VARCHAR, d DECIMAL(9,2));
 CREATE VIEW plain AS SELECT x, AVG(y) AS a, COUNT(*) AS n, SUM(d) AS total FROM s GROUP BY x;
 CREATE VIEW texty AS SELECT upper(name) AS u, COUNT(*) AS n FROM s GROUP BY upper(name);
+CREATE VIEW widened AS SELECT d * 2 AS dd, x + 1 AS x1, COUNT(*) AS n FROM s GROUP BY d * 2, x + 1;
 """
 
 
@@ -31,9 +33,12 @@ def test_prepare_takes_plain_aggregates_and_refuses_other_functions():
     assert prepare("SELECT pmod(xxhash64(x), 4) AS b FROM batch") is None  # not the bucket form
 
 
-def test_query_equals_spark_h_buckets_and_types_included(spark):
+@pytest.mark.parametrize("view", ["plain", "widened"])
+def test_query_equals_spark_h_buckets_and_types_included(spark, view):
+    """``widened`` groups by expressions whose DuckDB type is not Spark's (DECIMAL(9,2) * 2 is
+    DECIMAL(20,2) in Spark, whose hash is over bytes, not a long): buckets must follow Spark."""
     compiled = compile_text(PROGRAM, path="local.sql", name="local")
-    sql = _h_sql(compiled, "plain")
+    sql = _h_sql(compiled, view)
     rng = np.random.default_rng(3)
     n = 3000
     batch = pa.table({
@@ -50,7 +55,7 @@ def test_query_equals_spark_h_buckets_and_types_included(spark):
     engine = LocalSql()
     got = engine.query(sql, {"batch": batch}, schema)
     assert got is not None and engine.queries == 1
-    key = [("x", "ascending")]
+    key = [(c, "ascending") for c in schema.names if c != "_bucket"]
     assert got.sort_by(key).equals(expected.cast(schema).sort_by(key))
 
 
