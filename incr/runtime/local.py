@@ -44,6 +44,8 @@ _ALLOWED = (
     exp.And, exp.Or, exp.Not, exp.Is, exp.Case, exp.If, exp.Coalesce,
     exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt,
     exp.Cast, exp.TryCast, exp.DataType,
+    # a signed change set as plain rows: LATERAL VIEW explode(sequence(1, abs(_w)))
+    exp.Lateral, exp.Explode, exp.GenerateSeries, exp.Unnest,
 )
 _NUMERIC = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
             exp.DataType.Type.TINYINT, exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT,
@@ -99,6 +101,10 @@ def prepare(spark_sql: str) -> Prepared | None:
     return Prepared(tree.sql(dialect="duckdb"), bucket)
 
 
+class NotLocal(Exception):
+    """A step of a driver-side fold that only Spark may run; the fold starts over in Spark."""
+
+
 class LocalSql:
     """One DuckDB connection that runs prepared queries over registered Arrow tables."""
 
@@ -115,20 +121,28 @@ class LocalSql:
     def query(self, spark_sql: str, tables: dict[str, pa.Table],
               schema: pa.Schema) -> pa.Table | None:
         """Runs ``spark_sql`` over ``tables`` (name → rows), cast to ``schema``; None: use Spark."""
+        try:
+            for name, data in tables.items():
+                self._con.register(name, data)
+            return self._run(spark_sql, schema)
+        finally:
+            for name in tables:
+                self._con.unregister(name)
+
+    def session(self) -> LocalFold:
+        """A fold's worth of named tables and views on this connection (see :class:`LocalFold`)."""
+        return LocalFold(self)
+
+    def _run(self, spark_sql: str, schema: pa.Schema) -> pa.Table | None:
         import duckdb
 
         prepared = prepare(spark_sql)
         if prepared is None:
             return None
         try:
-            for name, data in tables.items():
-                self._con.register(name, data)
             result = self._con.execute(prepared.sql).to_arrow_table()
         except duckdb.Error:
             return None
-        finally:
-            for name in tables:
-                self._con.unregister(name)
         if sorted(result.column_names) != sorted(schema.names):
             return None
         try:
@@ -147,3 +161,53 @@ class LocalSql:
             out = out.set_column(index, schema.field(index), values.cast(schema.field(index).type))
         self.queries += 1
         return out
+
+
+class LocalFold:
+    """The tables and views of one driver-side fold, mirroring the temp views Spark would get.
+
+    The runtime registers the batch and the state it reads as Arrow (:meth:`table`), builds
+    Δ step by step as views (:meth:`view`), and collects each result it writes cast to the
+    target table's schema (:meth:`collect`).  Any step outside the driver-side set raises
+    :class:`NotLocal`; :meth:`close` drops everything either way.
+    """
+
+    def __init__(self, engine: LocalSql):
+        self.engine = engine
+        self._tables: list[str] = []
+        self._views: list[str] = []
+
+    def table(self, name: str, data: pa.Table) -> str:
+        """Registers Arrow rows as ``name``; returns the name."""
+        self.engine._con.register(name, data)
+        self._tables.append(name)
+        return name
+
+    def view(self, name: str, spark_sql: str) -> str:
+        """Defines ``name`` as the query; a query that hashes a bucket is left to Spark (the
+        bucket needs the Spark types of a result, which only :meth:`collect` knows)."""
+        import duckdb
+
+        prepared = prepare(spark_sql)
+        if prepared is None or prepared.bucket is not None:
+            raise NotLocal(name)
+        try:
+            self.engine._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {prepared.sql}')
+        except duckdb.Error as e:
+            raise NotLocal(name) from e
+        self._views.append(name)
+        return name
+
+    def collect(self, spark_sql: str, schema: pa.Schema) -> pa.Table:
+        """The query's rows cast to ``schema`` (buckets filled in as Spark would)."""
+        out = self.engine._run(spark_sql, schema)
+        if out is None:
+            raise NotLocal(spark_sql.split("\n", 1)[0])
+        return out
+
+    def close(self) -> None:
+        for name in reversed(self._views):
+            self.engine._con.execute(f'DROP VIEW IF EXISTS "{name}"')
+        for name in self._tables:
+            self.engine._con.unregister(name)
+        self._tables, self._views = [], []

@@ -61,7 +61,7 @@ from incr.compiler.sqlgen import (
 from incr.errors import StorageError
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
-from incr.runtime.local import LocalSql
+from incr.runtime.local import LocalFold, LocalSql, NotLocal
 from incr.runtime.session import TempViews, read_delta
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable
@@ -112,7 +112,7 @@ class ViewRuntime:
         self._ready = False
         self._views = TempViews(spark, f"incr_{plan.view}_")
         self.local: LocalSql | None = None  # the driver-side path for small inputs, if enabled
-        self._local_rows: dict[str, pa.Table] = {}  # batch view -> its rows, during a fold
+        self._duck: LocalFold | None = None  # set while a fold runs on the driver
         self._register: Callable[[], None] | None = None  # makes the batch's temp view
 
     def table_path(self, table: str) -> Path:
@@ -144,12 +144,27 @@ class ViewRuntime:
         return self._views.register(name, df, cache)
 
     def _sql_view(self, name: str, sql: str, cache: bool = False) -> str:
+        if self._duck is not None:
+            return self._duck.view(f"{self._views.prefix}{name}", sql)
         return self._view(name, self.spark.sql(sql), cache)
+
+    def _collect(self, sql: str, table: str) -> pa.Table:
+        """The rows of ``sql`` that go into state table ``table`` (its schema, on the driver)."""
+        if self._duck is not None:
+            target = pa.schema(self.store.table(self.table_path(table)).schema().to_arrow())
+            return self._duck.collect(sql, target)
+        return self.spark.sql(sql).toArrow()
 
     def _release(self) -> None:
         self._views.release()
 
     def _state_view(self, table: str) -> str:
+        if self._duck is not None:
+            dt = self.store.table(self.table_path(table))
+            counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
+            if None in counts or sum(counts) > self.local.max_state_rows:
+                raise NotLocal(table)
+            return self._duck.table(f"{self._views.prefix}state_{table}", dt.to_pyarrow_table())
         return self._view(f"state_{table}", read_delta(self.spark, self.store,
                                                        str(self.table_path(table))))
 
@@ -196,43 +211,60 @@ class ViewRuntime:
         tables += [s.outbox for s in reached if s.outbox in self.plan.outboxes()]
         if all(self._through(t) >= batch for t in tables):
             return  # committed everywhere (and outboxes may have moved on to later numbers)
-        batch_view = view
-        if arrow is not None and self.local is not None and arrow.num_rows <= self.local.max_rows:
-            self._local_rows = {batch_view: arrow}
         self._register = register
-        if not self._local_rows or not all(self._fast(s) for s in reached):
-            self._spark_batch()
         try:
-            if sign == 0 or all(s.direct for s in reached):
-                signed = view  # direct stages read the plain batch (see _stage_delta)
-            else:
-                signed = self._sql_view(f"batch_{source}", f"SELECT *, CAST({sign} AS BIGINT) "
-                                        f"AS {q(WEIGHT)} FROM {view}")
-            outboxes: dict[str, str] = {}
-            for stage in self.plan.stages:
-                if not self.plan.depends_on(stage, source):
-                    continue
-                changes: dict[str, tuple[str, int]] = {}
-                for inp in stage.inputs:
-                    if inp.derived and inp.table in outboxes:
-                        changes[inp.alias] = (outboxes[inp.table], 0)
-                    elif not inp.derived and inp.table.lower() == source.lower():
-                        changes[inp.alias] = (signed, sign)
-                virtual = self._apply_stage(stage, batch, changes, batch_view, metrics)
-                if virtual is not None:
-                    outboxes[stage.name] = virtual
-                elif self.plan.consumers(stage.name):
-                    outboxes[stage.name] = self._outbox_view(stage, batch)
+            if (arrow is not None and self.local is not None and sign != 0
+                    and arrow.num_rows <= self.local.max_rows
+                    and all(self._local_capable(s) for s in reached)):
+                self._duck = self.local.session()
+                try:
+                    self._duck.table(view, arrow)
+                    self._fold_stages(batch, source, view, sign, metrics)
+                    return
+                except NotLocal:
+                    pass  # tables this attempt committed are at the batch: Spark skips them
+                finally:
+                    self._duck.close()
+                    self._duck = None
+            self._spark_batch()
+            self._fold_stages(batch, source, view, sign, metrics)
         finally:
-            self._local_rows = {}
             self._register = None
             self._release()
 
-    def _fast(self, stage: StagePlan) -> bool:
-        """True when the stage takes the fast path over the plain batch: a direct stage that
-        stores its state and hands nothing on (the only path the driver can run whole)."""
-        return (stage.direct and not self.plan.virtual(stage) and not self.plan.streams(stage)
-                and not self.plan.consumers(stage.name))
+    def _fold_stages(self, batch: int, source: str, view: str, sign: int,
+                     metrics: ViewMetrics) -> None:
+        """:meth:`fold`'s work, on whichever engine is current (Spark, or the driver's)."""
+        batch_view = view
+        if sign == 0 or all(s.direct for s in self.plan.stages
+                            if self.plan.depends_on(s, source)):
+            signed = view  # direct stages read the plain batch (see _stage_delta)
+        else:
+            signed = self._sql_view(f"batch_{source}", f"SELECT *, CAST({sign} AS BIGINT) "
+                                    f"AS {q(WEIGHT)} FROM {view}")
+        outboxes: dict[str, str] = {}
+        for stage in self.plan.stages:
+            if not self.plan.depends_on(stage, source):
+                continue
+            changes: dict[str, tuple[str, int]] = {}
+            for inp in stage.inputs:
+                if inp.derived and inp.table in outboxes:
+                    changes[inp.alias] = (outboxes[inp.table], 0)
+                elif not inp.derived and inp.table.lower() == source.lower():
+                    changes[inp.alias] = (signed, sign)
+            virtual = self._apply_stage(stage, batch, changes, batch_view, metrics)
+            if virtual is not None:
+                outboxes[stage.name] = virtual
+            elif self.plan.consumers(stage.name):
+                outboxes[stage.name] = self._outbox_view(stage, batch)
+
+    def _local_capable(self, stage: StagePlan) -> bool:
+        """True when the driver may fold a batch into the stage: it reads declared sources
+        only, keeps its own state and hands nothing on, so Δ needs the batch and the side
+        tables, and every result is a MERGE into a state table (no outbox)."""
+        return (not self.plan.virtual(stage) and not self.plan.streams(stage)
+                and not self.plan.consumers(stage.name)
+                and not any(i.derived for i in stage.inputs))
 
     def _spark_batch(self) -> None:
         """Makes sure Spark can read the batch's temp view."""
@@ -265,7 +297,7 @@ class ViewRuntime:
                 self._combine_merge(stage, pending, delta, batch, outbox, metrics)
         for table in pending_sides:
             t0 = time.perf_counter()
-            delta = self.spark.sql(self.plan.h_sql(table.name, changes[table.side_of][0])).toArrow()
+            delta = self._collect(self.plan.h_sql(table.name, changes[table.side_of][0]), table.name)
             t1 = time.perf_counter()
             spec = next(s for s in stage.signed if s.table == table.name)
             touched = self._merge(table, spec, delta, batch, SIGNED)
@@ -338,22 +370,11 @@ class ViewRuntime:
         for table in pending:
             faults.crash_point("view.before_merge", batch)
             t0 = time.perf_counter()
-            h = self._h(table, rows)
+            h = self._collect(self.plan.h_sql(table.name, rows), table.name)
             t1 = time.perf_counter()
             touched = self._merge(table, specs[table.name], h, batch, DELETE if sign < 0 else "insert")
             self._record(metrics, table.name, h.num_rows, t1 - t0, time.perf_counter() - t1, touched)
             faults.crash_point("view.after_merge", batch)
-
-    def _h(self, table: StateTable, rows: str) -> pa.Table:
-        """h for ``table`` over the rows registered as ``rows``, on the driver when they are."""
-        sql = self.plan.h_sql(table.name, rows)
-        if rows in self._local_rows:
-            target = pa.schema(self.store.table(self.table_path(table.name)).schema().to_arrow())
-            data = self.local.query(sql, {rows: self._local_rows[rows]}, target)
-            if data is not None:
-                return data
-        self._spark_batch()
-        return self.spark.sql(sql).toArrow()
 
     def _combine_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
                        batch: int, outbox: bool, metrics: ViewMetrics) -> None:
@@ -403,7 +424,7 @@ class ViewRuntime:
         for table in pending:
             faults.crash_point("view.before_merge", batch)
             t1 = time.perf_counter()
-            rows = self.spark.sql(f"SELECT * FROM {changed[table.name]}").toArrow()
+            rows = self._collect(f"SELECT * FROM {changed[table.name]}", table.name)
             t2 = time.perf_counter()
             touched = self._upsert(table, rows, batch)
             self._record(metrics, table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
@@ -425,6 +446,8 @@ class ViewRuntime:
         return sql
 
     def _store_outbox(self, stage: StagePlan, sql: str, batch: int) -> None:
+        if self._duck is not None:  # outboxes are for stages the driver does not fold
+            raise NotLocal(stage.outbox)
         data = self.spark.sql(sql).toArrow()
         path = self.table_path(stage.outbox)
         target = pa.schema(self.store.table(path).schema().to_arrow())
