@@ -44,6 +44,9 @@ PROBES: tuple[tuple[str, str, str, str], ...] = (
     ("Delta write", "incr.runtime.store", "DeltaStore", "write"),
     ("Delta open (log)", "incr.runtime.store", "DeltaStore", "table"),
     ("driver SQL (DuckDB)", "incr.runtime.local", "LocalSql", "query"),
+    ("driver SQL (DuckDB)", "incr.runtime.local", "LocalFold", "view"),
+    ("driver SQL (DuckDB)", "incr.runtime.local", "LocalFold", "collect"),
+    ("state read", "incr.runtime.maintain", "ViewRuntime", "_state_view"),
 )
 JOB_GROUP = "incr-bench-profile"
 

@@ -60,9 +60,9 @@ KINDS = {"Spark job → Arrow": "Spark jobs", "Spark SQL parse/analyse": "Spark 
          "Spark file read setup": "Spark read setup",
          "Delta MERGE": "Delta MERGE", "Delta write": "Delta writes",
          "Delta compaction": "Delta writes", "Delta open (log)": "Delta log reads",
-         "driver SQL (DuckDB)": "driver SQL"}
-COLUMNS = ("Spark jobs", "Spark read setup", "Spark analysis", "driver SQL", "Delta MERGE",
-           "Delta writes", "Delta log reads", "Python/other")
+         "driver SQL (DuckDB)": "driver SQL", "state read": "state reads"}
+COLUMNS = ("Spark jobs", "Spark read setup", "Spark analysis", "driver SQL", "state reads",
+           "Delta MERGE", "Delta writes", "Delta log reads", "Python/other")
 
 
 def _step(path: list[str]) -> str:

@@ -2,8 +2,9 @@
 
 A 10K-row increment costs Spark several jobs of ~0.1 s each (plan, schedule, collect), far
 more than the work; DuckDB computes the same h over the same rows in milliseconds.  So when
-the rows involved are few (a batch of at most ``max_rows``, a state of at most
-``max_state_rows``), h and a(state) run here instead, and only where the result is
+the rows involved are few (a batch of at most ``max_rows``, state and side tables of at most
+``max_state_rows``), the fold of a batch (Δ of a join against the side tables, h, the side
+tables' h: :class:`LocalFold`) and a(state) run here instead, and only where the result is
 *provably the same*:
 
 * The SQL is the one the compiler wrote for Spark, transpiled by sqlglot.  Only a small set of
