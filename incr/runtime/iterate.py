@@ -28,6 +28,7 @@ Delta table before it is applied, and X is committed last in each move.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -111,8 +112,16 @@ class IterativeRuntime:
         return self.step.table_path(table)
 
     # -- one batch ---------------------------------------------------------------------------
-    def apply(self, batch: int, kind: str, source: str, batch_view: str) -> ViewMetrics:
-        """Folds the batch, runs the loop, then publishes the new iterate."""
+    def apply(self, batch: int, kind: str, source: str, batch_view: str,
+              arrow: pa.Table | None = None,
+              register: Callable[[], None] | None = None) -> ViewMetrics:
+        """Folds the batch, runs the loop, then publishes the new iterate.
+
+        The loop runs in Spark, so ``arrow`` (the batch on the driver) is not used and the
+        batch's temp view is made (``register``) before anything reads it.
+        """
+        if register is not None:
+            register()
         metrics = ViewMetrics(self.plan.view, batch)
         base = batch * MOVES
         first = not self.store.exists(self.iterate_path) or self._seed_batch() == batch

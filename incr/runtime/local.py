@@ -122,13 +122,15 @@ class LocalSql:
     def query(self, spark_sql: str, tables: dict[str, pa.Table],
               schema: pa.Schema) -> pa.Table | None:
         """Runs ``spark_sql`` over ``tables`` (name → rows), cast to ``schema``; None: use Spark."""
+        fold = self.session()
         try:
             for name, data in tables.items():
-                self._con.register(name, data)
-            return self._run(spark_sql, schema)
+                fold.table(name, data)
+            return fold.collect(spark_sql, schema)
+        except NotLocal:
+            return None
         finally:
-            for name in tables:
-                self._con.unregister(name)
+            fold.close()
 
     def session(self) -> LocalFold:
         """A fold's worth of named tables and views on this connection (see :class:`LocalFold`)."""

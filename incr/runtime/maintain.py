@@ -151,20 +151,19 @@ class ViewRuntime:
     def _collect(self, sql: str, table: str) -> pa.Table:
         """The rows of ``sql`` that go into state table ``table`` (its schema, on the driver)."""
         if self._duck is not None:
-            target = pa.schema(self.store.table(self.table_path(table)).schema().to_arrow())
-            return self._duck.collect(sql, target)
+            return self._duck.collect(sql, self.store.schema(self.table_path(table)))
         return self.spark.sql(sql).toArrow()
 
     def _release(self) -> None:
         self._views.release()
 
     def _state_view(self, table: str) -> str:
-        if self._duck is not None:
-            dt = self.store.table(self.table_path(table))
-            counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
-            if None in counts or sum(counts) > self.local.max_state_rows:
+        if self._duck is not None:  # small state only (no row count recorded: assume large)
+            path = self.table_path(table)
+            rows = self.store.row_count(path)
+            if rows is None or rows > self.local.max_state_rows:
                 raise NotLocal(table)
-            return self._duck.table(f"{self._views.prefix}state_{table}", dt.to_pyarrow_table())
+            return self._duck.table(f"{self._views.prefix}state_{table}", self.store.read(path))
         return self._view(f"state_{table}", read_delta(self.spark, self.store,
                                                        str(self.table_path(table))))
 
@@ -174,8 +173,8 @@ class ViewRuntime:
               register: Callable[[], None] | None = None) -> ViewMetrics:
         """Folds a batch of ``source`` (temp view ``batch_view``) into state, then publishes a.
 
-        ``arrow``, when given, holds the batch's rows on the driver: small enough, h of a
-        stage reading the batch directly runs there (:mod:`incr.runtime.local`).
+        ``arrow``, when given, holds the batch's rows on the driver (the caller passes it only
+        for a batch small enough): the fold may then run there (:mod:`incr.runtime.local`).
         ``register``, when given, makes the temp view: it is called before Spark reads it.
         """
         metrics = ViewMetrics(self.plan.view, batch)
@@ -214,7 +213,6 @@ class ViewRuntime:
         self._register = register
         try:
             if (arrow is not None and self.local is not None and sign != 0
-                    and arrow.num_rows <= self.local.max_rows
                     and all(self._local_capable(s) for s in reached)):
                 self._duck = self.local.session()
                 try:
@@ -235,7 +233,6 @@ class ViewRuntime:
     def _fold_stages(self, batch: int, source: str, view: str, sign: int,
                      metrics: ViewMetrics) -> None:
         """:meth:`fold`'s work, on whichever engine is current (Spark, or the driver's)."""
-        batch_view = view
         if sign == 0 or all(s.direct for s in self.plan.stages
                             if self.plan.depends_on(s, source)):
             signed = view  # direct stages read the plain batch (see _stage_delta)
@@ -252,7 +249,7 @@ class ViewRuntime:
                     changes[inp.alias] = (outboxes[inp.table], 0)
                 elif not inp.derived and inp.table.lower() == source.lower():
                     changes[inp.alias] = (signed, sign)
-            virtual = self._apply_stage(stage, batch, changes, batch_view, metrics)
+            virtual = self._apply_stage(stage, batch, changes, view, metrics)
             if virtual is not None:
                 outboxes[stage.name] = virtual
             elif self.plan.consumers(stage.name):
@@ -450,8 +447,8 @@ class ViewRuntime:
             raise NotLocal(stage.outbox)
         data = self.spark.sql(sql).toArrow()
         path = self.table_path(stage.outbox)
-        target = pa.schema(self.store.table(path).schema().to_arrow())
-        self.store.write(path, data.cast(nullable(target)), mode="overwrite", batch=batch)
+        self.store.write(path, data.cast(nullable(self.store.schema(path))), mode="overwrite",
+                         batch=batch)
 
     def _outbox_view(self, stage: StagePlan, batch: int) -> str:
         path = self.table_path(stage.outbox)
@@ -589,9 +586,15 @@ class ViewRuntime:
                          description=self._description(table, keys))
 
     # -- the answer --------------------------------------------------------------------------
-    def compute_answer(self) -> pa.Table:
-        """a(state) from the current state tables (on the driver when the state is small)."""
-        answer = self._local_answer()
+    def compute_answer(self, published: bool | None = None) -> pa.Table:
+        """a(state) from the current state tables (on the driver when the state is small).
+
+        ``published``: whether this answer query has published before (its table's schema
+        is then the target of the driver's result); None reads it from the answer table.
+        """
+        if published is None:
+            published = self.answer_through() >= 0
+        answer = self._local_answer() if published and self.local is not None else None
         if answer is not None:
             return answer
         try:
@@ -601,27 +604,25 @@ class ViewRuntime:
             self._release()
 
     def _local_answer(self) -> pa.Table | None:
-        """a(state) by DuckDB over the state read with delta-rs, cast to the schema Spark gave
-        the published answer; None (use Spark) before the first answer of this answer query,
-        or when the state is large or the query is outside the driver-side path."""
-        if self.local is None or self.answer_through() < 0:
+        """a(state) by DuckDB over the state read with delta-rs (the driver's fold session),
+        cast to the schema Spark gave the published answer; None (use Spark) when a state
+        table is large or the query is outside the driver-side set."""
+        self._duck = self.local.session()
+        try:
+            views = {t.name: self._state_view(t.name) for t in self.plan.main_tables}
+            return self._duck.collect(self.plan.answer_sql(views), self.store.schema(self.answer_path))
+        except NotLocal:
             return None
-        tables = {t.name: self.store.table(self.table_path(t.name)) for t in self.plan.main_tables}
-        counts = [n for dt in tables.values()
-                  for n in pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()]
-        if None in counts or sum(counts) > self.local.max_state_rows:  # no stats: assume large
-            return None
-        names = {t: f"incr_state_{t}" for t in tables}
-        target = pa.schema(self.store.table(self.answer_path).schema().to_arrow())
-        return self.local.query(self.plan.answer_sql(names),
-                                {names[t]: dt.to_pyarrow_table() for t, dt in tables.items()},
-                                target)
+        finally:
+            self._duck.close()
+            self._duck = None
 
     def publish(self, batch: int) -> int:
         """Writes a(state) as the answer table's version for ``batch`` (once)."""
-        if self.answer_through() >= batch:
+        through = self.answer_through()
+        if through >= batch:
             return -1
-        answer = self.compute_answer()
+        answer = self.compute_answer(published=through >= 0)
         self.store.write(self.answer_path, answer.cast(nullable(answer.schema)), mode="overwrite",
                          batch=batch, replace_schema=True,
                          description=f"incr answer of view {self.plan.view} (program "

@@ -353,15 +353,8 @@ class Pipeline:
                 loaded.df.createOrReplaceTempView(name)
                 registered = True
 
-        out = []
-        for v in views:
-            if isinstance(v, ViewRuntime):
-                out.append(v.apply(batch.seq, batch.kind, batch.table, name,
-                                   self._local_rows(loaded), register))
-            else:  # the iterative loop stays in Spark
-                register()
-                out.append(v.apply(batch.seq, batch.kind, batch.table, name))
-        return out
+        return [v.apply(batch.seq, batch.kind, batch.table, name, self._local_rows(loaded), register)
+                for v in views]
 
     def _local_rows(self, loaded: LoadedBatch) -> pa.Table | None:
         """The batch's rows on the driver, when it is small enough for the driver-side path."""

@@ -83,10 +83,10 @@ class RowIndex:
         except sparkhash.UnsupportedType:
             return None
 
-    def record_inserts(self, df: DataFrame | Callable[[], DataFrame], batch: int,
+    def record_inserts(self, df: Callable[[], DataFrame], batch: int,
                        arrow: pa.Table | None = None) -> IndexMetrics:
         """Adds the batch's rows to the live set: on the driver when ``arrow`` has them, else
-        in Spark over ``df`` (or what calling it returns)."""
+        in Spark over ``df()`` (the batch's DataFrame is only made when Spark needs it)."""
         from pyspark.sql import functions as F
 
         hashed = self.local_fingerprints(arrow) if arrow is not None else None
@@ -94,13 +94,12 @@ class RowIndex:
             grouped = hashed.group_by(["h1", "h2"]).aggregate([("h1", "count")])
             counts = pa.table({"h1": grouped["h1"], "h2": grouped["h2"], "n": grouped["h1_count"]})
         else:
-            df = df() if callable(df) else df
-            counts = (self.fingerprints(df).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
+            counts = (self.fingerprints(df()).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
                       .toArrow())
         self._append(counts, batch)
         return IndexMetrics(counts.num_rows, self._maybe_compact())
 
-    def record_deletes(self, spark: SparkSession, df: DataFrame | Callable[[], DataFrame],
+    def record_deletes(self, spark: SparkSession, df: Callable[[], DataFrame],
                        batch: int, display: str, arrow: pa.Table | None = None) -> IndexMetrics:
         """Checks every deleted row is live (enough copies), then removes them from the set.
 
@@ -113,7 +112,7 @@ class RowIndex:
         """
         removed = self._local_deletes(arrow, display) if arrow is not None else None
         if removed is None:
-            removed = self._spark_deletes(spark, df() if callable(df) else df, display)
+            removed = self._spark_deletes(spark, df(), display)
         self._append(removed, batch)
         return IndexMetrics(removed.num_rows, self._maybe_compact())
 
@@ -122,15 +121,14 @@ class RowIndex:
         hashed = self.local_fingerprints(arrow)
         if hashed is None:
             return None
-        dt = self.store.table(self.path)
-        counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
-        if None in counts or sum(counts) > LOCAL_INDEX_ROWS:
+        rows = self.store.row_count(self.path)
+        if rows is None or rows > LOCAL_INDEX_ROWS:
             return None
         grouped = hashed.append_column(ROW, arrow[ROW]).group_by(["h1", "h2"]).aggregate(
             [(ROW, "count"), (ROW, "min")])
         wanted = pa.table({"h1": grouped["h1"], "h2": grouped["h2"],
                            "d": grouped[f"{ROW}_count"], "first_row": grouped[f"{ROW}_min"]})
-        index = dt.to_pyarrow_table(columns=["h1", "h2", "n"])
+        index = self.store.table(self.path).to_pyarrow_table(columns=["h1", "h2", "n"])
         index = index.filter(pc.is_in(index["h1"], value_set=wanted["h1"].combine_chunks()))
         summed = index.group_by(["h1", "h2"]).aggregate([("n", "sum")])
         live = pa.table({"h1": summed["h1"], "h2": summed["h2"], "live": summed["n_sum"]})

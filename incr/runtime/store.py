@@ -95,6 +95,16 @@ class DeltaStore:
         self._open[key] = (dt, _commit_stamp(key, dt.version()))
         return dt
 
+    def schema(self, path: str | Path) -> pa.Schema:
+        """The table's current schema as Arrow."""
+        return pa.schema(self.table(path).schema().to_arrow())
+
+    def row_count(self, path: str | Path) -> int | None:
+        """Rows in the current version, from the log's file statistics (None: not recorded),
+        so deciding whether a table is small reads no data."""
+        counts = pa.table(self.table(path).get_add_actions(flatten=True))["num_records"].to_pylist()
+        return None if None in counts else sum(counts)
+
     def forget(self, path: str | Path) -> None:
         """Drops kept tables at or under ``path`` (after removing them)."""
         root = str(path)
@@ -173,8 +183,7 @@ class DeltaStore:
 
     def append(self, path: str | Path, data: pa.Table, *, batch: int | None) -> None:
         """Appends ``data`` cast to the table's schema, recording ``batch`` in the commit."""
-        dt = self.table(path)
-        target = pa.schema(dt.schema().to_arrow())
+        target = self.schema(path)
         self.write(path, data.select(target.names).cast(target), mode="append", batch=batch)
 
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
