@@ -38,7 +38,9 @@ from incr.runtime.landing import file_format
 from incr.runtime.types import arrow_type, spark_type
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame
+
+    from incr.runtime.engine import Engines
 
 ROW = "_row"
 TRUE_VALUES = ["true", "True", "TRUE", "1"]
@@ -86,11 +88,12 @@ class LoadedBatch:
             self._df.unpersist()
 
 
-def load_batch(spark: SparkSession, table: TableDecl, path: Path, display: str,
+def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
                local_rows: int = 0) -> LoadedBatch:
     """Reads ``path`` as a batch of ``table``; ``display`` is how messages name the file.
 
     A Parquet file of at most ``local_rows`` rows is also read into Arrow on the driver.
+    Spark (``engines.spark``) is only started if something asks for the DataFrame.
 
     Raises:
         InputError: the file is unreadable, has the wrong columns, or a value of the wrong
@@ -101,13 +104,14 @@ def load_batch(spark: SparkSession, table: TableDecl, path: Path, display: str,
         raise InputError("the batch file is gone (it was registered; restore it, or run "
                          "`incr skip` to drop the batch)", Location(display))
     if fmt == "parquet":
-        return _parquet(spark, table, path, display, local_rows)
+        return _parquet(engines, table, path, display, local_rows)
     data = _csv(table, path, display) if fmt == "csv" else _json(table, path, display)
     _check_not_null(table, data, display)
     data = data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
     # An empty parse may hold no chunk at all, which Spark refuses: give it an empty one.
     rows = data if data.num_rows else data.schema.empty_table()
-    return LoadedBatch(lambda: _typed(spark.createDataFrame(rows), table), data.num_rows, data)
+    return LoadedBatch(lambda: _typed(engines.spark.createDataFrame(rows), table), data.num_rows,
+                       data)
 
 
 def _typed(df: DataFrame, table: TableDecl) -> DataFrame:
@@ -298,7 +302,7 @@ def _json_value(value: Any, t: SqlType) -> Any:
 
 
 # -- Parquet -----------------------------------------------------------------------------------
-def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str,
+def _parquet(engines: Engines, table: TableDecl, path: Path, display: str,
              local_rows: int) -> LoadedBatch:
     from pyspark.sql import functions as F
 
@@ -315,7 +319,7 @@ def _parquet(spark: SparkSession, table: TableDecl, path: Path, display: str,
                              Location(display))
 
     def spark_df() -> DataFrame:
-        reader = spark.read
+        reader = engines.spark.read
         file_schema = _spark_schema(schema, [by_name[c.name] for c in table.columns])
         if file_schema is not None:  # the footer is read already: spare Spark a job inferring it
             reader = reader.schema(file_schema)

@@ -39,7 +39,6 @@ from incr.compiler.plan import WEIGHT, IncrementalPlan
 from incr.compiler.sqlgen import q
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
-from incr.runtime.local import LocalSql
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.session import TempViews, read_delta
 from incr.runtime.store import DeltaStore
@@ -48,44 +47,42 @@ from incr.runtime.types import arrow_schema, nullable, spark_type
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from incr.runtime.engine import Engines
+
 #: Numbers per batch: a batch's moves are numbered batch * MOVES + 0 .. MOVES - 1.
 MOVES = 2048
 SEED = "incr.seed_batch"
 
 
-def view_runtime(plan: IncrementalPlan, store: DeltaStore, spark: SparkSession,
+def view_runtime(plan: IncrementalPlan, store: DeltaStore, engines: Engines,
                  warehouse: Path) -> ViewRuntime | IterativeRuntime:
     """The runtime of a view: the loop for an iterative view, else the plain one."""
     if plan.iteration is not None:
-        return IterativeRuntime(plan, store, spark, warehouse)
-    return ViewRuntime(plan, store, spark, warehouse)
+        return IterativeRuntime(plan, store, engines, warehouse)
+    return ViewRuntime(plan, store, engines, warehouse)
 
 
 class IterativeRuntime:
     """An iterative view: its step's :class:`ViewRuntime` and the iterate X beside it."""
 
-    def __init__(self, plan: IncrementalPlan, store: DeltaStore, spark: SparkSession,
+    def __init__(self, plan: IncrementalPlan, store: DeltaStore, engines: Engines,
                  warehouse: Path):
         assert plan.iteration is not None
         self.plan = plan
         self.it = plan.iteration
         self.store = store
-        self.spark = spark
-        self.step = ViewRuntime(plan, store, spark, warehouse)
+        self.engines = engines
+        self.step = ViewRuntime(plan, store, engines, warehouse)
         self.answer_path = self.step.answer_path
         self.iterate_path = self.step.state_root / "_iterate"
         self.dx_path = self.step.state_root / "_dx"
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
-        self._views = TempViews(spark, f"incr_{plan.view}_it_")
+        self._views = TempViews(engines, f"incr_{plan.view}_it_")
 
     @property
-    def local(self) -> LocalSql | None:
-        """The driver-side path of the step's answers (the loop itself stays in Spark)."""
-        return self.step.local
-
-    @local.setter
-    def local(self, engine: LocalSql | None) -> None:
-        self.step.local = engine
+    def spark(self) -> SparkSession:
+        """The run's SparkSession (the loop runs there; started on first use)."""
+        return self.engines.spark
 
     # -- progress, as ViewRuntime ------------------------------------------------------------
     def state_through(self) -> int:

@@ -69,6 +69,8 @@ from incr.runtime.types import arrow_schema, nullable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from incr.runtime.engine import Engines
+
 COMPACT_FILES_PER_BUCKET = 4
 ANSWER_FP = "incr.answer_fingerprint"
 SIGNED = "signed"
@@ -101,19 +103,28 @@ class _Delta:
 class ViewRuntime:
     """The state and answer tables of one view, and how batches reach them."""
 
-    def __init__(self, plan: IncrementalPlan, store: DeltaStore, spark: SparkSession,
+    def __init__(self, plan: IncrementalPlan, store: DeltaStore, engines: Engines,
                  warehouse: Path):
         self.plan = plan
         self.store = store
-        self.spark = spark
+        self.engines = engines
         self.view_root = warehouse / "state" / plan.view
         self.state_root = self.view_root / plan.state_fingerprint
         self.answer_path = warehouse / "answers" / plan.view
         self._ready = False
-        self._views = TempViews(spark, f"incr_{plan.view}_")
-        self.local: LocalSql | None = None  # the driver-side path for small inputs, if enabled
+        self._views = TempViews(engines, f"incr_{plan.view}_")
         self._duck: LocalFold | None = None  # set while a fold runs on the driver
         self._register: Callable[[], None] | None = None  # makes the batch's temp view
+
+    @property
+    def spark(self) -> SparkSession:
+        """The run's SparkSession (started on first use)."""
+        return self.engines.spark
+
+    @property
+    def local(self) -> LocalSql | None:
+        """The driver-side engine, when enabled."""
+        return self.engines.local
 
     def table_path(self, table: str) -> Path:
         return self.state_root / table

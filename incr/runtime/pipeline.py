@@ -13,16 +13,16 @@ before it stay applied, it and the ones after wait, and every later run tries it
 until the file is fixed (or skipped on purpose with ``incr skip``).
 
 The same steps are exposed separately for Airflow (:meth:`Pipeline.prepare` then one
-:meth:`Pipeline.apply_view` per view), so views can run as parallel tasks.
+:meth:`Pipeline.apply_view` per view), so views can run as parallel tasks: each step locks
+only what it writes (:mod:`~incr.runtime.lock`), and nothing starts Spark unless a step
+needs it (:mod:`~incr.runtime.engine`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,8 +37,9 @@ from incr.runtime.ingest import LoadedBatch, load_batch
 from incr.runtime.iterate import view_runtime
 from incr.runtime.landing import DELETE, INSERT, discover, sha256_of
 from incr.runtime.ledger import Batch, Ledger
-from incr.runtime.local import DEFAULT_MAX_ROWS, LocalSql
-from incr.runtime.lock import locked
+from incr.runtime.engine import Engines
+from incr.runtime.local import LocalSql
+from incr.runtime.lock import Locks
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.rowindex import RowIndex
 from incr.runtime.store import DeltaStore
@@ -107,15 +108,17 @@ class Pipeline:
     def __init__(self, compiled: CompiledProgram, landing: Path | str, warehouse: Path | str,
                  spark: SparkSession | None = None, store: DeltaStore | None = None,
                  local_rows: int | None = None):
-        """``local_rows``: batches of at most this many rows take the driver-side path
+        """``spark``: a session to use instead of starting one when needed.
+        ``local_rows``: batches of at most this many rows take the driver-side path
         (:mod:`incr.runtime.local`) where it applies; 0 keeps everything in Spark.  The
-        default is ``INCR_LOCAL_ROWS`` from the environment, else 200,000."""
+        default is the ``INCR_LOCAL_ROWS`` setting (:mod:`incr.config`)."""
         self.compiled = compiled
         self.landing = Path(landing)
         self.warehouse = Path(warehouse)
-        self._spark = spark
+        self.engines = Engines(spark=spark, local_rows=local_rows)
         self.store = store or DeltaStore()
         self.meta = self.warehouse / "_incr" / compiled.name
+        self.locks = Locks(self.meta / "locks", compiled.name)
         self.ledger = Ledger(self.store, self.meta / "ledger")
         names = {s.lower() for p in compiled.plans for s in p.sources}
         self.tables: dict[str, TableDecl] = {t.name: t for t in compiled.program.tables
@@ -123,26 +126,23 @@ class Pipeline:
         self.indexes = {name: RowIndex(self.store, self.meta / "rows" / name, t)
                         for name, t in self.tables.items() if not t.append_only}
         self._views: dict[str, ViewRuntime] | None = None
-        if local_rows is None:
-            local_rows = int(os.environ.get("INCR_LOCAL_ROWS", DEFAULT_MAX_ROWS))
-        self.local = LocalSql(local_rows) if local_rows > 0 else None
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
     def spark(self) -> SparkSession:
-        if self._spark is None:
-            from incr.runtime.session import spark_session
+        """The run's SparkSession, started on first use."""
+        return self.engines.spark
 
-            self._spark = spark_session()
-        return self._spark
+    @property
+    def local(self) -> LocalSql | None:
+        """The driver-side engine, when enabled."""
+        return self.engines.local
 
     @property
     def views(self) -> dict[str, ViewRuntime]:
         if self._views is None:
-            self._views = {p.view: view_runtime(p, self.store, self.spark, self.warehouse)
+            self._views = {p.view: view_runtime(p, self.store, self.engines, self.warehouse)
                            for p in self.compiled.plans}
-            for v in self._views.values():
-                v.local = self.local
         return self._views
 
     def _view_runtime(self, name: str) -> ViewRuntime:
@@ -152,13 +152,9 @@ class Pipeline:
         raise StorageError(f"program {self.compiled.name} has no view {name}; its views: "
                            f"{', '.join(self.views)}")
 
-    @contextlib.contextmanager
-    def _locked(self, views: list[str]) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(locked(self.meta / "lock", f"program {self.compiled.name}"))
-            for v in sorted(views):
-                stack.enter_context(locked(self.meta / f"lock-{v}", f"view {v}"))
-            yield
+    def _everything(self) -> contextlib.AbstractContextManager[None]:
+        """Every lock of the program: a whole run or a skip writes anything."""
+        return self.locks.hold(ledger=True, indexes=tuple(self.indexes), views=tuple(self.views))
 
     # -- what is there ---------------------------------------------------------------------------
     def register(self) -> int:
@@ -201,7 +197,7 @@ class Pipeline:
         the demo apply one batch at a time this way).
         """
         report = RunReport(self.compiled.name)
-        with self._locked(list(self.views)):
+        with self._everything():
             self._check_answer_ownership()
             report.registered = self._register_or_reject(report)
             progress = self._progress()
@@ -231,7 +227,7 @@ class Pipeline:
         ``ready_through`` is the last batch that every view may apply.
         """
         report = RunReport(self.compiled.name)
-        with self._locked([]):
+        with self.locks.hold(ledger=True, indexes=tuple(self.indexes)):
             self._check_answer_ownership()
             report.registered = self._register_or_reject(report)
             progress = self._progress()
@@ -253,12 +249,15 @@ class Pipeline:
         return report
 
     def apply_view(self, view: str, through: int | None) -> list[ViewMetrics]:
-        """Airflow's per-view step: applies batches up to ``through`` (from :meth:`prepare`)."""
+        """Airflow's per-view step: applies batches up to ``through`` (from :meth:`prepare`).
+
+        Only the view's own lock is held, so the views of a program apply in parallel.
+        """
         runtime = self._view_runtime(view)
         out: list[ViewMetrics] = []
         if through is None:
             return out
-        with self._locked([runtime.plan.view]):
+        with self.locks.hold(views=(runtime.plan.view,)):
             progress = self._progress()
             for batch in self.ledger.batches():
                 if batch.seq > through:
@@ -276,7 +275,7 @@ class Pipeline:
 
     def skip(self, seq: int) -> Batch:
         """Drops a batch no table has applied (e.g. a bad file the producer will resend)."""
-        with self._locked(list(self.views)):
+        with self._everything():
             batch = next((b for b in self.ledger.batches() if b.seq == seq), None)
             if batch is None:
                 raise StorageError(f"program {self.compiled.name} has no live batch {seq}")
@@ -313,7 +312,7 @@ class Pipeline:
                              f"so delete batches are refused; remove the option to allow "
                              f"deletions", Location(display))
         self._check_unchanged(batch, path, progress)
-        return load_batch(self.spark, self.tables[batch.table], path, display,
+        return load_batch(self.engines, self.tables[batch.table], path, display,
                           self.local.max_rows if self.local else 0)
 
     def _check_unchanged(self, batch: Batch, path: Path, progress: _Progress) -> None:
@@ -329,7 +328,9 @@ class Pipeline:
             raise InputError(f"the file changed after {batch} was applied; incr never applies a "
                              f"batch twice. Restore the original file and land the change as a "
                              f"new batch (deletes of the old rows plus inserts)", Location(str(path)))
-        self.ledger.refresh(batch, st.st_size, st.st_mtime_ns, digest)
+        # A per-view task may get here too: the ledger's lock is short, so it waits for it.
+        with self.locks.hold(ledger=True, wait_s=self.engines.settings.lock_wait_s):
+            self.ledger.refresh(batch, st.st_size, st.st_mtime_ns, digest)
 
     def _index(self, batch: Batch, loaded: LoadedBatch, progress: _Progress) -> None:
         index = self.indexes.get(batch.table)
@@ -338,7 +339,7 @@ class Pipeline:
         if batch.kind == INSERT:
             index.record_inserts(lambda: loaded.df, batch.seq, self._local_rows(loaded))
         else:
-            index.record_deletes(self.spark, lambda: loaded.df, batch.seq,
+            index.record_deletes(self.engines, lambda: loaded.df, batch.seq,
                                  str(self.landing / batch.path), self._local_rows(loaded))
         progress.indexes[batch.table] = batch.seq
         faults.crash_point("index.after_commit", batch.seq)

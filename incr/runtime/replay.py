@@ -23,6 +23,7 @@ import sqlglot
 
 from incr.compiler import CompiledProgram
 from incr.oracle import diff_answers, oracle_answer
+from incr.runtime.engine import Engines
 from incr.runtime.ingest import ROW, load_batch
 from incr.runtime.landing import DELETE
 from incr.runtime.pipeline import Pipeline
@@ -54,12 +55,13 @@ def live_dataframe(spark: SparkSession, compiled: CompiledProgram, landing: Path
     """All rows of ``table`` live after ``batches``: inserts minus deletes, as a bag."""
     decl = compiled.program.table(table)
     assert decl is not None
+    engines = Engines(spark=spark)
     ins: DataFrame | None = None
     dels: DataFrame | None = None
     for b in batches:
         if b.table != table:
             continue
-        df = load_batch(spark, decl, landing / b.path, str(landing / b.path)).df.drop(ROW)
+        df = load_batch(engines, decl, landing / b.path, str(landing / b.path)).df.drop(ROW)
         if b.kind == DELETE:
             dels = df if dels is None else dels.unionByName(df)
         else:

@@ -34,10 +34,11 @@ from incr.runtime.store import DeltaStore
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from incr.runtime.engine import Engines
+
 _SCHEMA = pa.schema([("h1", pa.int64()), ("h2", pa.int64()), ("n", pa.int64())])
 _SALT = "incr-row-index"
 COMPACT_AFTER_FILES = 32
-LOCAL_INDEX_ROWS = 5_000_000  # the driver checks deletes against an index up to this size
 SHOW_BAD_ROWS = 3
 
 
@@ -99,30 +100,32 @@ class RowIndex:
         self._append(counts, batch)
         return IndexMetrics(counts.num_rows, self._maybe_compact())
 
-    def record_deletes(self, spark: SparkSession, df: Callable[[], DataFrame],
+    def record_deletes(self, engines: Engines, df: Callable[[], DataFrame],
                        batch: int, display: str, arrow: pa.Table | None = None) -> IndexMetrics:
         """Checks every deleted row is live (enough copies), then removes them from the set.
 
         With ``arrow`` (the batch on the driver) and an index of at most
-        ``LOCAL_INDEX_ROWS`` rows, the check runs on the driver; else in Spark over ``df``.
+        ``local_index_rows`` rows (:mod:`incr.config`), the check runs on the driver; else
+        in Spark over ``df``.
 
         Raises:
             InputError: naming the file and the first rows that are not live; nothing is
                 recorded.
         """
-        removed = self._local_deletes(arrow, display) if arrow is not None else None
+        removed = (self._local_deletes(arrow, display, engines.settings.local_index_rows)
+                   if arrow is not None else None)
         if removed is None:
-            removed = self._spark_deletes(spark, df(), display)
+            removed = self._spark_deletes(engines.spark, df(), display)
         self._append(removed, batch)
         return IndexMetrics(removed.num_rows, self._maybe_compact())
 
-    def _local_deletes(self, arrow: pa.Table, display: str) -> pa.Table | None:
+    def _local_deletes(self, arrow: pa.Table, display: str, max_rows: int) -> pa.Table | None:
         """The index rows that remove ``arrow``'s rows, checked by pyarrow; None: use Spark."""
         hashed = self.local_fingerprints(arrow)
         if hashed is None:
             return None
         rows = self.store.row_count(self.path)
-        if rows is None or rows > LOCAL_INDEX_ROWS:
+        if rows is None or rows > max_rows:
             return None
         grouped = hashed.append_column(ROW, arrow[ROW]).group_by(["h1", "h2"]).aggregate(
             [(ROW, "count"), (ROW, "min")])

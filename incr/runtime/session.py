@@ -13,10 +13,13 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from incr.config import settings
 from incr.runtime.store import DeltaStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from incr.runtime.engine import Engines
 
 DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -32,22 +35,22 @@ DEFAULTS = {
 def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
     """Returns the process's SparkSession, creating a local one on first use.
 
-    ``INCR_SPARK_MASTER`` (default ``local[2]``) picks the master; ``INCR_SPARK_CONF`` may
-    add ``key=value`` pairs separated by commas (e.g. ``spark.driver.memory=8g``).
+    ``master`` and ``conf`` default to the settings ``INCR_SPARK_MASTER`` (``local[2]``) and
+    ``INCR_SPARK_CONF`` (``key=value`` pairs, e.g. ``spark.driver.memory=8g``) of
+    :mod:`incr.config`, which add to :data:`DEFAULTS`; ``conf`` adds to (overrides) both.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    settings = dict(DEFAULTS)
-    for item in filter(None, os.environ.get("INCR_SPARK_CONF", "").split(",")):
-        key, _, value = item.partition("=")
-        settings[key.strip()] = value.strip()
-    settings.update(conf or {})
-    builder = SparkSession.builder.master(master or os.environ.get("INCR_SPARK_MASTER", "local[2]"))
+    config = settings()
+    values = dict(DEFAULTS)
+    values.update(config.spark_settings())
+    values.update(conf or {})
+    builder = SparkSession.builder.master(master or config.spark_master)
     builder = builder.appName("incr")
-    for key, value in settings.items():
+    for key, value in values.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -74,10 +77,11 @@ class TempViews:
 
     Every name is prefixed (by view) so two runtimes on one session never collide, and
     cached DataFrames are unpersisted on :meth:`release`, so a batch leaves nothing behind.
+    Spark is only asked for when a view is registered (it may not have started).
     """
 
-    def __init__(self, spark: SparkSession, prefix: str):
-        self.spark = spark
+    def __init__(self, engines: Engines, prefix: str):
+        self.engines = engines
         self.prefix = prefix
         self._names: list[str] = []
         self._cached: list[DataFrame] = []
@@ -94,7 +98,7 @@ class TempViews:
 
     def release(self) -> None:
         for name in self._names:
-            self.spark.catalog.dropTempView(name)
+            self.engines.spark.catalog.dropTempView(name)
         for df in self._cached:
             df.unpersist()
         self._names, self._cached = [], []

@@ -1,0 +1,89 @@
+"""Every tunable of incr and the environment variable that sets it, in one place.
+
+Modules take their limits from a :class:`Settings` (passed in, or :func:`settings` for the
+process's environment) instead of reading ``os.environ`` themselves, so one table below is
+the whole list an operator can turn, and a test can build a ``Settings`` without touching
+the environment.
+
+| variable                | default   | what it sets                                                      |
+|-------------------------|-----------|-------------------------------------------------------------------|
+| INCR_LANDING            | (none)    | the landing folder of CLI commands and DAGs                       |
+| INCR_WAREHOUSE          | (none)    | the warehouse folder of CLI commands and DAGs                     |
+| INCR_LOCAL_ROWS         | 200000    | largest batch the driver-side engine may take (0: Spark only)     |
+| INCR_LOCAL_STATE_ROWS   | 1000000   | largest state/side table the driver-side engine reads             |
+| INCR_LOCAL_INDEX_ROWS   | 5000000   | largest row index the driver checks deletes against               |
+| INCR_SPARK_MASTER       | local[2]  | Spark master URL                                                  |
+| INCR_SPARK_CONF         | (none)    | extra Spark settings, ``key=value,key=value``                     |
+| INCR_LOCK_WAIT_S        | 30        | seconds a task waits for a short shared lock (the ledger's)       |
+| INCR_LOG_LEVEL          | WARNING   | level of the ``incr`` loggers on the CLI (``-v`` sets INFO)       |
+| INCR_CRASH_AT           | (none)    | tests only: kill the process at a named point (:mod:`faults`)     |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+#: Merges add a file per touched bucket; a state table is rewritten sorted once it holds
+#: more than this many files per bucket (of its own bucket count).
+COMPACT_FILES_PER_BUCKET = 4
+#: The row index's log of +/- counts is folded once it holds more files than this.
+ROW_INDEX_COMPACT_FILES = 32
+#: The ledger's event log is folded once it holds more files than this.
+LEDGER_COMPACT_FILES = 64
+#: How many offending rows a rejected delete batch names.
+SHOW_BAD_ROWS = 3
+
+
+def _int(value: str, name: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, not {value!r}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The tunables of one process (see the module's table for the variables)."""
+
+    landing: str | None = field(default=None, metadata={"env": "INCR_LANDING"})
+    warehouse: str | None = field(default=None, metadata={"env": "INCR_WAREHOUSE"})
+    local_rows: int = field(default=200_000, metadata={"env": "INCR_LOCAL_ROWS"})
+    local_state_rows: int = field(default=1_000_000, metadata={"env": "INCR_LOCAL_STATE_ROWS"})
+    local_index_rows: int = field(default=5_000_000, metadata={"env": "INCR_LOCAL_INDEX_ROWS"})
+    spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
+    spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})
+    lock_wait_s: float = field(default=30.0, metadata={"env": "INCR_LOCK_WAIT_S"})
+    log_level: str = field(default="WARNING", metadata={"env": "INCR_LOG_LEVEL"})
+    crash_at: str | None = field(default=None, metadata={"env": "INCR_CRASH_AT"})
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings given by ``environ`` (default ``os.environ``); unset ones keep defaults."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = environ.get(f.metadata["env"])
+            if raw is None or raw == "":
+                continue
+            if f.type in ("int", int):
+                values[f.name] = _int(raw, f.metadata["env"])
+            elif f.type in ("float", float):
+                values[f.name] = float(raw)
+            else:
+                values[f.name] = raw
+        return cls(**values)  # type: ignore[arg-type]
+
+    def spark_settings(self) -> dict[str, str]:
+        """``spark_conf`` as a mapping (``key=value`` pairs separated by commas)."""
+        out = {}
+        for item in filter(None, self.spark_conf.split(",")):
+            key, _, value = item.partition("=")
+            out[key.strip()] = value.strip()
+        return out
+
+
+def settings() -> Settings:
+    """The process's settings, read from the environment now (it may change between runs)."""
+    return Settings.from_env()
