@@ -36,17 +36,18 @@ PROBES: tuple[tuple[str, str, str, str], ...] = (
     ("read batch", "incr.runtime.pipeline", "Pipeline", "_load"),
     ("row index", "incr.runtime.pipeline", "Pipeline", "_index"),
     ("view", "incr.runtime.maintain", "ViewRuntime", "apply"),
-    ("answer publish", "incr.runtime.maintain", "ViewRuntime", "publish"),
-    ("a(state)", "incr.runtime.maintain", "ViewRuntime", "compute_answer"),
+    ("answer publish", "incr.runtime.answer", "AnswerTable", "publish"),
+    ("a(state)", "incr.runtime.answer", "AnswerTable", "compute"),
     ("state read setup", "incr.runtime.session", None, "read_delta"),
     ("Delta MERGE", "incr.runtime.store", "Merge", "execute"),
     ("Delta compaction", "incr.runtime.store", "DeltaStore", "compact"),
     ("Delta write", "incr.runtime.store", "DeltaStore", "write"),
     ("Delta open (log)", "incr.runtime.store", "DeltaStore", "table"),
     ("driver SQL (DuckDB)", "incr.runtime.local", "LocalSql", "query"),
-    ("driver SQL (DuckDB)", "incr.runtime.local", "LocalFold", "view"),
-    ("driver SQL (DuckDB)", "incr.runtime.local", "LocalFold", "collect"),
-    ("state read", "incr.runtime.maintain", "ViewRuntime", "_state_view"),
+    ("driver SQL (DuckDB)", "incr.runtime.local", "DriverEngine", "view"),
+    ("driver SQL (DuckDB)", "incr.runtime.local", "DriverEngine", "collect"),
+    ("state read", "incr.runtime.local", "DriverEngine", "delta"),
+    ("state read", "incr.runtime.session", "SparkEngine", "delta"),
 )
 JOB_GROUP = "incr-bench-profile"
 

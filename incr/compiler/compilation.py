@@ -51,6 +51,7 @@ class Compilation:
     diminish: tuple[MergeSpec, ...] | None = None
     diffuse: tuple[DiffusionSpec, ...] | None = None
     signed: tuple[MergeSpec, ...] | None = None
+    replace: tuple[MergeSpec, ...] | None = None
 
     def table_name(self, name: str) -> str:
         """A state table's name, prefixed by the stage so names are unique in the view."""

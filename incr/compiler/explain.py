@@ -1,8 +1,10 @@
 """``incr explain``: a plan as a readable tree, without running anything.
 
 For each view: the query, its normalized IR, the lineage key θ, every state table with
-column types and monoids, h (Spark SQL), ⊗ and ⊗̃ (MERGE), ⊗̂ (diffusion) and a (Spark
-SQL).  Column types come from sqlglot's type annotation over the declared source schema;
+column types and monoids, h (Spark SQL), ⊗ and ⊗̃ (MERGE), ⊗̂ (diffusion), every query
+the runtime runs to fold a batch (the signed batch, touched keys, old, new, changed and
+live rows, ⊗= and the output change handed on), and a (Spark SQL); for an iterative view
+also ΔX and X ⊕ ΔX.  Nothing runs that is not printed here.  Column types come from sqlglot's type annotation over the declared source schema;
 Spark's own result types decide the stored schema, and agree for the declared types.
 """
 
@@ -10,10 +12,32 @@ from __future__ import annotations
 
 from incr.algebra.monoids import Count, Max, Min, Moments, Sum
 from incr.compiler import CompiledProgram
+from incr.compiler.iterate import (
+    apply_dx_sql,
+    dx_sql,
+    initial_dx_sql,
+    lookup_pairs_sql,
+    reassigned_sql,
+    typed_sql,
+)
 from incr.compiler.plan import BUCKET, IncrementalPlan, StagePlan, StateTable, StateValue
 from incr.compiler.program import Column
 from incr.compiler.scalar import Scalar
-from incr.compiler.sqlgen import render_diffusion, render_merge, render_rows, render_stage_delta
+from incr.compiler.sqlgen import (
+    render_all,
+    render_changed_rows,
+    render_combined,
+    render_diffusion,
+    render_explode,
+    render_live_rows,
+    render_merge,
+    render_old_rows,
+    render_output_change,
+    render_rows,
+    render_signed,
+    render_stage_delta,
+    render_touched_keys,
+)
 from incr.compiler.types import infer_type_name
 
 
@@ -39,10 +63,24 @@ def explain_plan(plan: IncrementalPlan) -> str:
         out.append(_section("stages (producers first)", f"{flow}\n"
                             "each inner stage hands its output changes (rows lost, rows gained) "
                             "to the stages that read it"))
+    if any(not s.direct for s in plan.stages):
+        out.append(_section("signed batch (stages that join or read another stage take Δ as "
+                            "signed rows)", render_signed("batch", 1) + "\n-- -1 for a delete batch"))
     for stage in plan.stages:
         out += _explain_stage(plan, stage)
     views = {t.name: f"state.{t.name}" for t in plan.main_tables}
     out.append(_section("a  (answer)", plan.answer_sql(views)))
+    if plan.iteration is not None:
+        it = plan.iteration
+        out.append(_section("ΔX  (a(T) ⊖ X: the diffusion's frontier, beyond TOLERANCE)",
+                            "-- next = " + typed_sql(it, "a") + "\n" + dx_sql(it, "next", "X")))
+        if it.initial:
+            out.append(_section("first ΔX  (INITIAL)", initial_dx_sql(it)))
+        out.append(_section("X ⊕ ΔX  (the next iterate)", apply_dx_sql(it, "X", "ΔX")))
+        if it.lookups:
+            out.append(_section("rows re-assigned by a move (looked-up X)", reassigned_sql(
+                it.lookups, lookup_pairs_sql(it, it.lookups, "batch", "X", "X ⊕ ΔX"),
+                ["<batch columns>"])))
     return "\n".join(out)
 
 
@@ -99,6 +137,8 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
     for d in stage.diffuse:
         if plan.table(d.table).side_of is None and plan.table(d.table) in stored:
             out.append(_section(title(f"⊗̂  (diffusion over {d.table})"), render_diffusion(d)))
+    if not plan.streams(stage) and stage.main_tables[0] in stored:
+        out += _combine_steps(plan, stage, title)
     if plan.streams(stage):
         main = stage.main_tables[0].name
         where = ("computed on the fly by the stages reading it, no outbox"
@@ -113,6 +153,37 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
     return out
 
 
+def _combine_steps(plan: IncrementalPlan, stage: StagePlan, title) -> list[str]:
+    """The queries of the combine strategy: a stage that hands on its changes, or whose Δ
+    has both signs, computes its touched rows as a query and replaces them (⊗=)."""
+    out = [_section(title("Δ⁺ / Δ⁻ rows (one row per copy)"),
+                    render_explode("Δ", True) + "\n-- Δ⁻: the same with _w < 0")]
+    diffusions = {s.table: s for s in stage.diffuse}
+    diminishes = {s.table: s for s in stage.diminish}
+    replaces = {s.table: s for s in stage.replace}
+    main = stage.main_tables[0]
+    out.append(_section(title("touched keys"), render_touched_keys(main, "h(Δ⁺)", "h(Δ⁻)")))
+    for table in stage.main_tables:
+        name = table.name
+        new = render_combined(table, diffusions[name], diminishes.get(name), f"old.{name}",
+                              "h(Δ⁺)", "h(Δ⁻)" if name in diminishes else None)
+        out.append(_section(title(f"old / new / changed / live rows of {name}"), "\n".join([
+            "-- old:", render_old_rows(table, f"state.{name}", "touched"),
+            "-- new = old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻) (⊗ as ⊗̂ of h(Δ⁺) plus the old rows it misses):", new,
+            "-- changed (what ⊗= writes):", render_changed_rows(table, f"new.{name}", "h(Δ⁺)", "h(Δ⁻)"),
+            "-- live:", render_live_rows(table, f"new.{name}")])))
+        out.append(_section(title(f"⊗=  (replace the touched rows of {name})"),
+                            render_merge(replaces[name], table).replace("h(ΔS)", "changed", 1)))
+    if stage.name:
+        olds = {t.name: f"old.{t.name}" for t in stage.main_tables}
+        lives = {t.name: f"live.{t.name}" for t in stage.main_tables}
+        out.append(_section(title(f"output change (into {stage.outbox})"),
+                            render_output_change(stage, olds, lives)))
+    else:
+        out.append(_section(title("rows written"), render_all("changed")))
+    return out
+
+
 def _section(title: str, body: str) -> str:
     lines = body.splitlines() or [""]
     return f"  {title}:\n" + "\n".join(f"    {line}" for line in lines)
@@ -121,7 +192,7 @@ def _section(title: str, body: str) -> str:
 def _schema(table: StateTable, plan: IncrementalPlan, stage: StagePlan) -> str:
     hashed = ", ".join(table.bucket_columns) if table.side_of else "θ"
     rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), "
-            f"{stage.buckets if table.keys else 1})"]
+            f"{stage.buckets_of(table.name)})"]
     for k in table.keys:
         expr = Scalar.column(k.name) if table.side_of else k.expr  # side keys: joined names
         rows.append(f"{k.name:<14} {infer_type(expr, stage.source, stage.source_columns):<10} key: {k.expr}")

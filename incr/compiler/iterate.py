@@ -33,9 +33,10 @@ from dataclasses import dataclass, replace
 import sqlglot
 from sqlglot import exp
 
+from incr.compiler.plan import WEIGHT
 from incr.compiler.program import Column, Program, TableDecl, ViewDecl
 from incr.compiler.sqlgen import SPARK, q, render_expression
-from incr.compiler.types import FLOAT_TYPES
+from incr.compiler.types import FLOAT_TYPES, spark_type_name
 from incr.errors import CompileError, Location, NotIncrementalizableError
 
 #: Placeholder in a lookup's Spark expression for the array of X's rows (structs).
@@ -97,6 +98,74 @@ def same_row_sql(iteration: Iteration, a: str, b: str) -> str:
         else:
             parts.append(f"{x} <=> {y}")
     return " AND ".join(parts)
+
+
+def typed_sql(iteration: Iteration, sql: str) -> str:
+    """``sql``'s rows cast to X's declared columns (the iterate's stored types)."""
+    cols = ", ".join(f"CAST({q(c.name)} AS {spark_type_name(c.type)}) AS {q(c.name)}"
+                     for c in iteration.columns)
+    return f"SELECT {cols} FROM ({sql}) AS _t"
+
+
+def initial_dx_sql(iteration: Iteration) -> str:
+    """The first ΔX: INITIAL's rows, each inserted once (its sources are ``INITIAL_SOURCE*``)."""
+    return f"SELECT *, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM ({typed_sql(iteration, iteration.initial)}) AS _x0"
+
+
+def dx_sql(iteration: Iteration, new: str, old: str) -> str:
+    """ΔX = ``new`` ⊖ ``old``: rows of the next iterate no old row stands for (+1) and the old
+    rows they replace (-1), where "stands for" is :func:`same_row_sql` (TOLERANCE)."""
+    same = same_row_sql(iteration, "n", "o")
+    return (f"SELECT n.*, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM {new} n "
+            f"LEFT ANTI JOIN {old} o ON {same}\nUNION ALL\n"
+            f"SELECT o.*, CAST(-1 AS BIGINT) AS {q(WEIGHT)} FROM {old} o "
+            f"LEFT ANTI JOIN {new} n ON {same}")
+
+
+def apply_dx_sql(iteration: Iteration, x: str, dx: str) -> str:
+    """X ⊕ ΔX: the rows of ``x`` whose key ΔX removes go, ΔX's new rows come."""
+    key = q(iteration.key)
+    cols = ", ".join(q(c.name) for c in iteration.columns)
+    return (f"SELECT x.* FROM {x} x LEFT ANTI JOIN (SELECT * FROM {dx} WHERE "
+            f"{q(WEIGHT)} < 0) d ON x.{key} <=> d.{key}\nUNION ALL\n"
+            f"SELECT {cols} FROM {dx} WHERE {q(WEIGHT)} > 0")
+
+
+def _lookup_join(iteration: Iteration, lookups: tuple[Lookup, ...], x: str,
+                 alias: str) -> tuple[str, list[str]]:
+    """The cross join giving each row X's rows as an array, and each lookup's expression."""
+    fields = ", ".join(f"'{c.name}', {q(c.name)}" for c in iteration.columns)
+    join = (f"CROSS JOIN (SELECT collect_list(named_struct({fields})) AS _xs FROM {x}) "
+            f"AS {alias}")
+    return join, [lk.spark.replace(ITERATE_ARRAY, f"{alias}._xs") for lk in lookups]
+
+
+def extend_sql(iteration: Iteration, lookups: tuple[Lookup, ...], batch: str, x: str) -> str:
+    """The batch with each lookup's column computed against iterate ``x``."""
+    join, exprs = _lookup_join(iteration, lookups, x, "_ix")
+    cols = ", ".join(f"{e} AS {q(lk.column)}" for lk, e in zip(lookups, exprs))
+    return f"SELECT b.*, {cols} FROM {batch} b {join}"
+
+
+def lookup_pairs_sql(iteration: Iteration, lookups: tuple[Lookup, ...], batch: str, x_old: str,
+                     x_new: str) -> str:
+    """The batch with each lookup against ``x_old`` (``_old<i>``) and ``x_new`` (``_new<i>``)."""
+    join_old, old = _lookup_join(iteration, lookups, x_old, "_io")
+    join_new, new = _lookup_join(iteration, lookups, x_new, "_in")
+    pairs = ", ".join(f"{o} AS `_old{i}`, {n} AS `_new{i}`" for i, (o, n) in enumerate(zip(old, new)))
+    return f"SELECT b.*, {pairs} FROM {batch} b {join_old} {join_new}"
+
+
+def reassigned_sql(lookups: tuple[Lookup, ...], pairs: str, columns: list[str]) -> str:
+    """The rows of ``pairs`` (:func:`lookup_pairs_sql`) whose lookups moved: out (-1) with
+    the old values, in (+1) with the new; ``columns`` are the batch's own columns."""
+    base = ", ".join(q(c) for c in columns)
+    changed = " OR ".join(f"NOT (`_old{i}` <=> `_new{i}`)" for i in range(len(lookups)))
+    out = ", ".join(f"`_old{i}` AS {q(lk.column)}" for i, lk in enumerate(lookups))
+    into = ", ".join(f"`_new{i}` AS {q(lk.column)}" for i, lk in enumerate(lookups))
+    return (f"SELECT {base}, {out}, CAST(-1 AS BIGINT) AS {q(WEIGHT)} FROM {pairs} WHERE {changed}"
+            f"\nUNION ALL\n"
+            f"SELECT {base}, {into}, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM {pairs} WHERE {changed}")
 
 
 def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Iteration]:

@@ -39,6 +39,22 @@ BUCKET = "_bucket"
 WEIGHT = "_w"
 
 
+def vanished(count: str) -> str:
+    """SQL that is true when a state row whose row count is ``count`` is gone.
+
+    The one rule of vanishing: a row of a table that :attr:`StateTable.vanishes` is deleted
+    exactly when its row count reaches 0 (its group has no live row left).  Every MERGE
+    predicate and query that drops such rows is built from this and :func:`live`.
+    """
+    return f"{count} = 0"
+
+
+def live(count: str) -> str:
+    """SQL that is true when a state row whose row count is ``count`` is live (see
+    :func:`vanished`); a stored count is never negative, since deletions are validated."""
+    return f"{count} > 0"
+
+
 @dataclass(frozen=True)
 class StateValue:
     """One monoid element stored in ``columns`` (several for multi-part monoids).
@@ -125,6 +141,7 @@ class MergeSpec:
     updates: tuple[tuple[str, str], ...]
     delete_when: str | None
     insert_unmatched: bool
+    insert_when: str | None = None  # inserted unmatched rows must satisfy this (None: all)
 
 
 @dataclass(frozen=True)
@@ -203,6 +220,12 @@ class StagePlan:
     answer: Answer
     buckets: int
     output: tuple[str, ...] = field(default=())
+    replace: tuple[MergeSpec, ...] = field(default=())  # ⊗= per main table (see derive_merge)
+
+    def buckets_of(self, table: str) -> int:
+        """The hash buckets (Delta partitions) of state table ``table``: the program's
+        count, or 1 for a global aggregate's main tables (one row, no θ to hash)."""
+        return next(h.buckets for h in self.h if h.table.name == table)
 
     @property
     def direct(self) -> bool:

@@ -27,6 +27,7 @@ from incr.compiler.plan import (
     StagePlan,
     StateTable,
 )
+from incr.compiler.plan import live as plan_live
 from incr.compiler.program import Column
 from incr.compiler.scalar import Scalar
 from incr.compiler.types import spark_type_name
@@ -273,39 +274,40 @@ def render_rows(answer: Answer, views: dict[str, str]) -> str:
     return render_answer(plain, views)
 
 
-def render_combined(table: StateTable, merge: MergeSpec, diminish: MergeSpec | None,
+def render_combined(table: StateTable, diffuse: DiffusionSpec, diminish: MergeSpec | None,
                     old: str, plus: str, minus: str | None) -> str:
-    """``old ⊗ plus ⊗̃ minus`` in Spark: the new rows of the keys the change touches.
+    """``old ⊗ plus ⊗̃ minus``: the new rows of the keys a change touches, as a query.
 
-    The same combine and diminish expressions as the Delta MERGE (⊗ then ⊗̃, so no count
-    goes negative on the way); rows whose count ends at 0 are kept here with ``_n = 0``
-    for the MERGE to delete.
+    ``old`` holds the state rows of the touched keys.  Their combination with the
+    insertions is the diffusion ⊗̂ (``plus``'s rows, each combined with its old row if any)
+    plus the old rows ``plus`` does not reach; the deletions are then taken out with the
+    diminish expressions of ⊗̃.  The monoid expressions are those of the Delta MERGEs (⊗
+    then ⊗̃, so no count goes negative on the way); rows whose count ends at 0 are kept
+    here with ``_n = 0`` for ⊗= to delete.
     """
     keys = table.key_columns
-
-    def on(a: str, b: str) -> str:
-        return " AND ".join([f"{a}.{q(BUCKET)} = {b}.{q(BUCKET)}"] +
-                            [f"{a}.{q(k)} <=> {b}.{q(k)}" for k in keys])
-
-    step = (f"SELECT coalesce(t.{q(BUCKET)}, s.{q(BUCKET)}) AS {q(BUCKET)}, "
-            + "".join(f"coalesce(t.{q(k)}, s.{q(k)}) AS {q(k)}, " for k in keys)
-            + ", ".join(f"CASE WHEN t.{q(ROW_COUNT)} IS NULL THEN s.{q(c)} "
-                        f"WHEN s.{q(ROW_COUNT)} IS NULL THEN t.{q(c)} ELSE {sql} END AS {q(c)}"
-                        for c, sql in merge.updates)
-            + f"\nFROM {old} AS t FULL OUTER JOIN {plus} AS s ON {on('t', 's')}")
+    on = merge_condition_sql("t", "s", keys)
+    diffused = render_diffusion(diffuse, source=plus, target=old, spark=True)
+    step = (f"{diffused}\nUNION ALL\n"
+            f"SELECT t.* FROM {old} AS t LEFT ANTI JOIN {plus} AS s ON {on}")
     if minus is None:
         return step
     assert diminish is not None, f"{table.name} has no inverse, yet rows left it"
     return (f"SELECT t.{q(BUCKET)}, " + "".join(f"t.{q(k)}, " for k in keys)
             + ", ".join(f"CASE WHEN s.{q(ROW_COUNT)} IS NULL THEN t.{q(c)} ELSE {sql} END AS {q(c)}"
                         for c, sql in diminish.updates)
-            + f"\nFROM ({step}) AS t LEFT JOIN {minus} AS s ON {on('t', 's')}")
+            + f"\nFROM ({step}) AS t LEFT JOIN {minus} AS s ON {on}")
+
+
+def merge_condition_sql(a: str, b: str, keys: tuple[str, ...]) -> str:
+    """Spark SQL: rows ``a`` and ``b`` are the same state row (bucket and null-safe keys)."""
+    return " AND ".join([f"{a}.{q(BUCKET)} = {b}.{q(BUCKET)}"] + [f"{a}.{q(k)} <=> {b}.{q(k)}" for k in keys])
 
 
 def render_answer(answer: Answer, views: dict[str, str]) -> str:
     """a(state) over state tables registered as temporary views (``views[table]``)."""
     select = ", ".join(f"{e.expr.render(SPARK)} AS {q(e.name)}" for e in answer.exprs)
-    live = f" WHERE {q(ROW_COUNT)} > 0" if answer.grouped else ""
+    live = f" WHERE {plan_live(q(ROW_COUNT))}" if answer.grouped else ""
     sql = f"SELECT {select}\nFROM (SELECT * FROM {views[answer.main]}{live}) AS m"
     for bag in answer.bags:
         aggs = ", ".join(f"{a.func}({q('value')}) AS {q(a.name)}" for a in bag.aggregates)
@@ -363,22 +365,83 @@ def render_merge(spec: MergeSpec, table: StateTable) -> str:
     sets = ",\n".join(f"    {col} = {sql}" for col, sql in spec.updates)
     lines.append(f"WHEN MATCHED THEN UPDATE SET\n{sets}")
     if spec.insert_unmatched:
-        lines.append("WHEN NOT MATCHED THEN INSERT *")
+        when = f" AND {spec.insert_when}" if spec.insert_when else ""
+        lines.append(f"WHEN NOT MATCHED{when} THEN INSERT *")
     else:
         lines.append("-- every row of h(ΔS') matches: the batch was validated against the "
                      "source's live rows")
     return "\n".join(lines)
 
 
-def render_diffusion(spec: DiffusionSpec) -> str:
-    """⊗̂ as a query: ΔT's rows, combined with T's where the key matches."""
-    keys = ", ".join(f"s.{k}" for k in spec.keys)
-    cols = ",\n".join(f"    {sql} AS {col}" for col, sql in spec.exprs)
-    on = merge_condition(spec.keys)
-    return (f"SELECT s._bucket{', ' + keys if keys else ''},\n{cols}\n"
-            f"FROM h(ΔX) AS s LEFT JOIN {spec.table} AS t ON {on}")
+def render_diffusion(spec: DiffusionSpec, source: str = "h(ΔX)", target: str | None = None,
+                     spark: bool = False) -> str:
+    """⊗̂ as a query: ``source``'s rows (ΔT), combined with ``target``'s (T) where the key matches.
+
+    ``spark`` renders the runnable Spark SQL (the runtime's combine step is built on it,
+    :func:`render_combined`); otherwise the join condition is written as the MERGEs print it.
+    """
+    on = merge_condition_sql("t", "s", spec.keys) if spark else merge_condition(spec.keys)
+    if spark:
+        head = f"SELECT s.{q(BUCKET)}, " + "".join(f"s.{q(k)}, " for k in spec.keys)
+        cols = ", ".join(f"{sql} AS {q(col)}" for col, sql in spec.exprs)
+    else:
+        keys = ", ".join(f"s.{k}" for k in spec.keys)
+        head = f"SELECT s._bucket{', ' + keys if keys else ''},\n"
+        cols = ",\n".join(f"    {sql} AS {col}" for col, sql in spec.exprs)
+    return f"{head}{cols}\nFROM {source} AS s LEFT JOIN {target or spec.table} AS t ON {on}"
 
 
 def scalar_sql(s: Scalar) -> str:
     """Spark text of a Scalar (shorthand used by explain)."""
     return s.render(SPARK)
+
+
+# -- the fold's steps: every query the runtime runs to apply a batch -----------------------------
+def render_signed(view: str, sign: int) -> str:
+    """A batch of one sign as signed rows: each row once, ``_w`` = ``sign`` (+1 or -1)."""
+    return f"SELECT *, CAST({sign} AS BIGINT) AS {q(WEIGHT)} FROM {view}"
+
+
+def render_all(view: str) -> str:
+    """Every row of ``view`` (a batch's rows as the insertions of a plain Δ)."""
+    return f"SELECT * FROM {view}"
+
+
+def render_none(view: str) -> str:
+    """No row, with ``view``'s columns (the other half of a plain Δ, or a table's h(∅))."""
+    return f"SELECT * FROM {view} WHERE FALSE"
+
+
+def render_touched_keys(table: StateTable, plus: str, minus: str) -> str:
+    """θ (with its bucket) of every group a change touches: h(Δ⁺)'s and h(Δ⁻)'s keys."""
+    theta = ", ".join([q(BUCKET)] + [q(k.name) for k in table.keys])
+    return f"SELECT DISTINCT {theta} FROM (SELECT * FROM {plus} UNION ALL SELECT * FROM {minus})"
+
+
+def render_old_rows(table: StateTable, state: str, touched: str) -> str:
+    """Every state row of a touched θ (a bag's unchanged values count for ``a`` too)."""
+    on = merge_condition_sql("t", "k", tuple(k.name for k in table.keys))
+    return f"SELECT t.* FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on}"
+
+
+def render_changed_rows(table: StateTable, new: str, plus: str, minus: str) -> str:
+    """The rows of ``new`` (old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)) whose key the change touched: what ⊗= writes."""
+    keys = table.key_columns
+    listed = ", ".join([q(BUCKET)] + [q(k) for k in keys])
+    return (f"SELECT n.* FROM {new} AS n LEFT SEMI JOIN (SELECT DISTINCT {listed} FROM "
+            f"(SELECT * FROM {plus} UNION ALL SELECT * FROM {minus})) AS k ON {merge_condition_sql('n', 'k', keys)}")
+
+
+def render_live_rows(table: StateTable, new: str) -> str:
+    """The rows of ``new`` that are still live (:func:`~incr.compiler.plan.vanished`)."""
+    return f"SELECT * FROM {new}" + (f" WHERE {plan_live(q(ROW_COUNT))}" if table.vanishes else "")
+
+
+def render_output_change(stage: StagePlan, old: dict[str, str], new: dict[str, str]) -> str:
+    """A stage's output change as signed rows: its output over ``new`` state minus over ``old``."""
+    before = render_rows(stage.answer, old)
+    after = render_rows(stage.answer, new)
+    cols = ", ".join(q(c) for c in stage.output)
+    return (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM (\n"
+            f"SELECT * FROM ({after})\nUNION ALL\nSELECT {cols}, -{q(WEIGHT)} AS {q(WEIGHT)} "
+            f"FROM ({before})) GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")

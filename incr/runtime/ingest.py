@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from incr.compiler.program import Column, TableDecl
 from incr.compiler.types import SqlType
 from incr.errors import InputError, Location
+from incr.runtime.engine import DRIVER, SPARK, per_engine
 from incr.runtime.landing import file_format
 from incr.runtime.types import arrow_type, spark_type
 
@@ -88,12 +89,12 @@ class LoadedBatch:
             self._df.unpersist()
 
 
-def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
-               local_rows: int = 0) -> LoadedBatch:
+def load_batch(engines: Engines, table: TableDecl, path: Path, display: str) -> LoadedBatch:
     """Reads ``path`` as a batch of ``table``; ``display`` is how messages name the file.
 
-    A Parquet file of at most ``local_rows`` rows is also read into Arrow on the driver.
-    Spark (``engines.spark``) is only started if something asks for the DataFrame.
+    A Parquet file is also read into Arrow on the driver when :meth:`Engines.choose` says
+    the driver may take it (CSV and JSON are parsed there anyway).  Spark
+    (``engines.spark``) is only started if something asks for the DataFrame.
 
     Raises:
         InputError: the file is unreadable, has the wrong columns, or a value of the wrong
@@ -104,16 +105,23 @@ def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
         raise InputError("the batch file is gone (it was registered; restore it, or run "
                          "`incr skip` to drop the batch)", Location(display))
     if fmt == "parquet":
-        return _parquet(engines, table, path, display, local_rows)
+        return _parquet(engines, table, path, display)
     data = _csv(table, path, display) if fmt == "csv" else _json(table, path, display)
     _check_not_null(table, data, display)
-    data = data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
+    data = _numbered(data)
     # An empty parse may hold no chunk at all, which Spark refuses: give it an empty one.
     rows = data if data.num_rows else data.schema.empty_table()
     return LoadedBatch(lambda: _typed(engines.spark.createDataFrame(rows), table), data.num_rows,
                        data)
 
 
+@per_engine("batch rows, types and _row", DRIVER)
+def _numbered(data: pa.Table) -> pa.Table:
+    """The rows with ``_row``, the 1-based data row (the declared Arrow types are the parse's)."""
+    return data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
+
+
+@per_engine("batch rows, types and _row", SPARK)
 def _typed(df: DataFrame, table: TableDecl) -> DataFrame:
     from pyspark.sql import functions as F
 
@@ -302,10 +310,7 @@ def _json_value(value: Any, t: SqlType) -> Any:
 
 
 # -- Parquet -----------------------------------------------------------------------------------
-def _parquet(engines: Engines, table: TableDecl, path: Path, display: str,
-             local_rows: int) -> LoadedBatch:
-    from pyspark.sql import functions as F
-
+def _parquet(engines: Engines, table: TableDecl, path: Path, display: str) -> LoadedBatch:
     try:
         meta = pq.ParquetFile(path).metadata
         schema = pq.read_schema(path)
@@ -318,33 +323,51 @@ def _parquet(engines: Engines, table: TableDecl, path: Path, display: str,
             raise InputError(f"column {col.name} is {file_type} in the file but declared {col.type}",
                              Location(display))
 
-    def spark_df() -> DataFrame:
-        reader = engines.spark.read
-        file_schema = _spark_schema(schema, [by_name[c.name] for c in table.columns])
-        if file_schema is not None:  # the footer is read already: spare Spark a job inferring it
-            reader = reader.schema(file_schema)
-        cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
-                for c in table.columns]
-        return reader.parquet(str(path)).select(
-            *cols, (F.col("_metadata.row_index") + 1).alias(ROW))
+    def make_df() -> DataFrame:
+        return _spark_parquet(engines, table, path, schema, by_name)
 
-    data = _parquet_arrow(table, path, by_name) if meta.num_rows <= local_rows else None
+    on_driver = engines.choose("read", display, rows=meta.num_rows) == DRIVER
+    data = _parquet_arrow(table, path, by_name) if on_driver else None
+    if on_driver and data is None:
+        engines.fell_back("read", display, "a column needs Spark's conversion (e.g. nanosecond "
+                                           "timestamps)")
     if data is not None:
         _check_not_null(table, data, display)
-        data = data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
-        return LoadedBatch(spark_df, meta.num_rows, data)
-    df = spark_df()
-    required = [c.name for c in table.columns if c.not_null]
-    if required:
-        cond = F.lit(False)
-        for name in required:
-            cond = cond | F.col(name).isNull()
-        bad = df.where(cond).orderBy(ROW).select(ROW, *required).limit(1).collect()
-        if bad:
-            column = next(n for n in required if bad[0][n] is None)
-            raise InputError(f"row {bad[0][ROW]}, column {column}: NULL in a NOT NULL column",
-                             Location(display))
+        return LoadedBatch(make_df, meta.num_rows, _numbered(data))
+    df = make_df()
+    _spark_check_not_null(table, df, display)
     return LoadedBatch(df, meta.num_rows)
+
+
+@per_engine("batch rows, types and _row", SPARK)
+def _spark_parquet(engines: Engines, table: TableDecl, path: Path, schema: pa.Schema,
+                   by_name: dict[str, str]) -> DataFrame:
+    """The Parquet file's declared columns cast to their Spark types, with ``_row``."""
+    from pyspark.sql import functions as F
+
+    reader = engines.spark.read
+    file_schema = _spark_schema(schema, [by_name[c.name] for c in table.columns])
+    if file_schema is not None:  # the footer is read already: spare Spark a job inferring it
+        reader = reader.schema(file_schema)
+    cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
+            for c in table.columns]
+    return reader.parquet(str(path)).select(*cols, (F.col("_metadata.row_index") + 1).alias(ROW))
+
+
+@per_engine("NOT NULL check", SPARK)
+def _spark_check_not_null(table: TableDecl, df: DataFrame, display: str) -> None:
+    """:func:`_check_not_null` in Spark, for a batch too large for the driver."""
+    from pyspark.sql import functions as F
+
+    required = [c.name for c in table.columns if c.not_null]
+    if not required:
+        return
+    cond = F.lit(False)
+    for name in required:
+        cond = cond | F.col(name).isNull()
+    bad = df.where(cond).orderBy(ROW).select(ROW, *required).limit(1).collect()
+    if bad:
+        raise _not_null_error(bad[0][ROW], next(n for n in required if bad[0][n] is None), display)
 
 
 def _parquet_arrow(table: TableDecl, path: Path, by_name: dict[str, str]) -> pa.Table | None:
@@ -358,6 +381,7 @@ def _parquet_arrow(table: TableDecl, path: Path, by_name: dict[str, str]) -> pa.
         return None
 
 
+@per_engine("batch rows, types and _row", SPARK)
 def _spark_schema(schema: pa.Schema, names: list[str]):
     """The Spark schema of a Parquet file's ``names`` columns, or None to let Spark infer it.
 
@@ -435,6 +459,7 @@ def _match_columns(table: TableDecl, names: list[str], display: str,
     return {c.name: lower[c.name.lower()] for c in table.columns}
 
 
+@per_engine("NOT NULL check", DRIVER)
 def _check_not_null(table: TableDecl, data: pa.Table, display: str) -> None:
     """The first row with a NULL in a NOT NULL column (and its first such column) is an error."""
     firsts = [(pc.index(pc.is_null(data.column(col.name)), True).as_py(), n, col.name)
@@ -442,5 +467,9 @@ def _check_not_null(table: TableDecl, data: pa.Table, display: str) -> None:
               if col.not_null and data.column(col.name).null_count]
     if firsts:
         row, _, name = min(firsts)
-        raise InputError(f"row {row + 1}, column {name}: NULL in a NOT NULL column",
-                         Location(display))
+        raise _not_null_error(row + 1, name, display)
+
+
+def _not_null_error(row: int, column: str, display: str) -> InputError:
+    """The one message for a NULL in a NOT NULL column, whichever engine found it."""
+    return InputError(f"row {row}, column {column}: NULL in a NOT NULL column", Location(display))

@@ -34,15 +34,23 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incr.compiler.iterate import INITIAL_SOURCE, ITERATE_ARRAY, same_row_sql
+from incr.compiler.iterate import (
+    INITIAL_SOURCE,
+    apply_dx_sql,
+    dx_sql,
+    extend_sql,
+    initial_dx_sql,
+    lookup_pairs_sql,
+    reassigned_sql,
+    typed_sql,
+)
 from incr.compiler.plan import WEIGHT, IncrementalPlan
-from incr.compiler.sqlgen import q
 from incr.runtime import faults
 from incr.runtime.landing import DELETE
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
-from incr.runtime.session import TempViews, read_delta
+from incr.runtime.session import SparkEngine, read_delta
 from incr.runtime.store import DeltaStore
-from incr.runtime.types import arrow_schema, nullable, spark_type
+from incr.runtime.types import arrow_schema, nullable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,7 +85,7 @@ class IterativeRuntime:
         self.iterate_path = self.step.state_root / "_iterate"
         self.dx_path = self.step.state_root / "_dx"
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
-        self._views = TempViews(engines, f"incr_{plan.view}_it_")
+        self._views = SparkEngine(engines, store)  # the loop runs in Spark
 
     @property
     def spark(self) -> SparkSession:
@@ -165,12 +173,6 @@ class IterativeRuntime:
         value = self.store.last_commit_metadata(self.iterate_path, SEED)
         return int(value) if value is not None else None
 
-    def _typed(self, sql: str) -> str:
-        """``sql``'s rows cast to X's declared columns."""
-        cols = ", ".join(f"CAST({q(c.name)} AS {spark_type(c.type)}) AS {q(c.name)}"
-                         for c in self.it.columns)
-        return f"SELECT {cols} FROM ({sql}) AS _t"
-
     def _iterate_view(self, name: str) -> str:
         if self.store.exists(self.iterate_path):
             df = read_delta(self.spark, self.store, str(self.iterate_path))
@@ -196,8 +198,7 @@ class IterativeRuntime:
             for table in self.it.initial_tables:
                 rows = batch_view if table.lower() == source.lower() else self._empty(table)
                 self.spark.table(rows).createOrReplaceTempView(INITIAL_SOURCE + table.lower())
-            sql = (f"SELECT *, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM "
-                   f"({self._typed(self.it.initial)}) AS _x0")
+            sql = initial_dx_sql(self.it)
         else:
             sql = self._diff()
         data = self.spark.sql(sql).toArrow()
@@ -219,59 +220,29 @@ class IterativeRuntime:
         """a(T) ⊖ X: new rows (+1) and the old rows they replace (-1), beyond TOLERANCE."""
         state = {t.name: self._view(f"state_{t.name}", read_delta(
             self.spark, self.store, str(self.step.table_path(t.name)))) for t in self.plan.main_tables}
-        new = self._view("next", self.spark.sql(self._typed(self.plan.answer_sql(state))),
+        new = self._view("next", self.spark.sql(typed_sql(self.it, self.plan.answer_sql(state))),
                          cache=True)
-        old = self._iterate_view("x_diff")
-        same = same_row_sql(self.it, "n", "o")
-        return (f"SELECT n.*, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM {new} n "
-                f"LEFT ANTI JOIN {old} o ON {same}\nUNION ALL\n"
-                f"SELECT o.*, CAST(-1 AS BIGINT) AS {q(WEIGHT)} FROM {old} o "
-                f"LEFT ANTI JOIN {new} n ON {same}")
+        return dx_sql(self.it, new, self._iterate_view("x_diff"))
 
     def _apply_dx(self, x_old: str, dx: str, j: int) -> str:
         """X ⊕ ΔX: rows whose key ΔX removes go, its new rows come."""
-        key = q(self.it.key)
-        cols = ", ".join(q(c.name) for c in self.it.columns)
-        sql = (f"SELECT x.* FROM {x_old} x LEFT ANTI JOIN (SELECT * FROM {dx} WHERE "
-               f"{q(WEIGHT)} < 0) d ON x.{key} <=> d.{key}\nUNION ALL\n"
-               f"SELECT {cols} FROM {dx} WHERE {q(WEIGHT)} > 0")
-        return self._view(f"x_new_{j}", self.spark.sql(sql), cache=True)
+        return self._view(f"x_new_{j}", self.spark.sql(apply_dx_sql(self.it, x_old, dx)), cache=True)
 
     # -- looked-up X -------------------------------------------------------------------------
-    def _lookup_sql(self, lookups, x: str, alias: str) -> tuple[str, list[str]]:
-        """The cross join giving each row X's rows as an array, and each lookup's expression."""
-        fields = ", ".join(f"'{c.name}', {q(c.name)}" for c in self.it.columns)
-        join = (f"CROSS JOIN (SELECT collect_list(named_struct({fields})) AS _xs FROM {x}) "
-                f"AS {alias}")
-        return join, [lk.spark.replace(ITERATE_ARRAY, f"{alias}._xs") for lk in lookups]
-
     def _extend(self, batch_view: str, lookups, x: str, name: str) -> str:
         """The batch with each lookup's column computed against iterate ``x``."""
-        join, exprs = self._lookup_sql(lookups, x, "_ix")
-        cols = ", ".join(f"{e} AS {q(lk.column)}" for lk, e in zip(lookups, exprs))
-        return self._view(f"ext_{name}", self.spark.sql(
-            f"SELECT b.*, {cols} FROM {batch_view} b {join}"))
+        return self._view(f"ext_{name}", self.spark.sql(extend_sql(self.it, lookups, batch_view, x)))
 
     def _reassigned(self, batch_view: str, lookups, x_old: str, x_new: str, j: int) -> str:
         """The batch's rows whose lookups change from ``x_old`` to ``x_new``: out, then in."""
-        join_old, old = self._lookup_sql(lookups, x_old, "_io")
-        join_new, new = self._lookup_sql(lookups, x_new, "_in")
-        pairs = ", ".join(f"{o} AS `_old{i}`, {n} AS `_new{i}`"
-                          for i, (o, n) in enumerate(zip(old, new)))
-        both = self._view(f"lk_{j}", self.spark.sql(
-            f"SELECT b.*, {pairs} FROM {batch_view} b {join_old} {join_new}"), cache=True)
-        base = ", ".join(q(f.name) for f in self.spark.table(batch_view).schema.fields)
-        changed = " OR ".join(f"NOT (`_old{i}` <=> `_new{i}`)" for i in range(len(lookups)))
-        out = ", ".join(f"`_old{i}` AS {q(lk.column)}" for i, lk in enumerate(lookups))
-        into = ", ".join(f"`_new{i}` AS {q(lk.column)}" for i, lk in enumerate(lookups))
-        return self._view(f"moved_{j}", self.spark.sql(
-            f"SELECT {base}, {out}, CAST(-1 AS BIGINT) AS {q(WEIGHT)} FROM {both} WHERE {changed}"
-            f"\nUNION ALL\n"
-            f"SELECT {base}, {into}, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM {both} WHERE {changed}"))
+        pairs = self._view(f"lk_{j}", self.spark.sql(
+            lookup_pairs_sql(self.it, lookups, batch_view, x_old, x_new)), cache=True)
+        columns = [f.name for f in self.spark.table(batch_view).schema.fields]
+        return self._view(f"moved_{j}", self.spark.sql(reassigned_sql(lookups, pairs, columns)))
 
     # -- temp views (our own: the step's are dropped at the end of each fold) ----------------
     def _view(self, name: str, df, cache: bool = False) -> str:
-        return self._views.register(name, df, cache)
+        return self._views.frame(f"incr_{self.plan.view}_it_{name}", df, cache)
 
     def _release(self) -> None:
-        self._views.release()
+        self._views.close()

@@ -1,22 +1,23 @@
-"""The driver-side path: the compiler's Spark SQL run by DuckDB over Arrow, for small inputs.
+"""The driver-side engine: the compiler's Spark SQL run by DuckDB over Arrow, for small inputs.
 
 A 10K-row increment costs Spark several jobs of ~0.1 s each (plan, schedule, collect), far
 more than the work; DuckDB computes the same h over the same rows in milliseconds.  So when
 the rows involved are few (a batch of at most ``max_rows``, state and side tables of at most
 ``max_state_rows``), the fold of a batch (Δ of a join against the side tables, h, the side
-tables' h: :class:`LocalFold`) and a(state) run here instead, and only where the result is
-*provably the same*:
+tables' h) and a(state) run here instead (:class:`DriverEngine`, chosen by
+:meth:`~incr.runtime.engine.Engines.choose`), and only where the result is *provably the
+same*:
 
 * The SQL is the one the compiler wrote for Spark, transpiled by sqlglot.  Only a small set of
   constructs is accepted (columns, literals, arithmetic, comparisons, CASE, COALESCE, numeric
   casts, SUM/COUNT/MIN/MAX/AVG/VAR_POP, joins, grouping, ordering); anything else (a string
-  or date function, a cast to text) returns None and the caller uses Spark, whose semantics
-  for those the rest of the system is built on.
+  or date function, a cast to text) raises :class:`~incr.runtime.engine.NotLocal` naming
+  it, and the step runs in Spark, whose semantics the rest of the system is built on.
 * ``_bucket`` is Spark's ``pmod(xxhash64(θ), n)``; it is computed by
   :mod:`incr.runtime.sparkhash`, bit for bit, after the query.
 * The result is cast to the schema Spark gave the same table (the state table, or the
   answer table already published), so types never drift between the two paths.  A value
-  that does not fit (an overflowing sum) also returns None: Spark then decides.
+  that does not fit (an overflowing sum) also gives way to Spark, which then decides.
 
 Floating-point sums may differ from Spark's in the last bits (a different summation order,
 as between two Spark runs with different partitioning).
@@ -26,15 +27,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
 from incr.runtime import sparkhash
+from incr.runtime.engine import DRIVER, Engine, NotLocal, per_engine
 
-DEFAULT_MAX_ROWS = 200_000
-DEFAULT_MAX_STATE_ROWS = 1_000_000
+if TYPE_CHECKING:
+    from incr.runtime.store import DeltaStore
 
 _ALLOWED = (
     exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
@@ -77,40 +81,43 @@ def _bucket_call(node: exp.Expression) -> tuple[tuple[str, ...], int] | None:
     return tuple(c.name for c in call.expressions), int(count.this)
 
 
-@lru_cache(maxsize=512)
 def prepare(spark_sql: str) -> Prepared | None:
     """The DuckDB form of ``spark_sql``, or None when it uses anything outside the safe set."""
+    found = _prepare(spark_sql)
+    return found if isinstance(found, Prepared) else None
+
+
+@per_engine("compiled SQL", DRIVER)
+@lru_cache(maxsize=512)
+def _prepare(spark_sql: str) -> Prepared | str:
+    """:func:`prepare`, or the reason it is refused (for the log)."""
     try:
         tree = sqlglot.parse_one(spark_sql, read="spark")
-    except sqlglot.errors.ParseError:
-        return None
+    except sqlglot.errors.ParseError as e:
+        return f"sqlglot cannot parse the query ({str(e).splitlines()[0]})"
     bucket = None
     if isinstance(tree, exp.Select):
         for i, proj in enumerate(tree.expressions):
             if isinstance(proj, exp.Alias) and (found := _bucket_call(proj.this)) is not None:
                 if bucket is not None:
-                    return None
+                    return "it hashes two bucket columns"
                 bucket = (proj.alias, *found)
                 tree.expressions[i].set("this", exp.cast(exp.Literal.number(0), "INT"))
     for node in tree.walk():
         if not isinstance(node, _ALLOWED):
-            return None
+            name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__
+            return f"it uses {name}, outside the driver-side set"
         if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in _NUMERIC:
-            return None
+            return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
     if bucket is not None and not all(c in tree.named_selects for c in bucket[1]):
-        return None
+        return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
-
-
-class NotLocal(Exception):
-    """A step of a driver-side fold that only Spark may run; the fold starts over in Spark."""
 
 
 class LocalSql:
     """One DuckDB connection that runs prepared queries over registered Arrow tables."""
 
-    def __init__(self, max_rows: int = DEFAULT_MAX_ROWS,
-                 max_state_rows: int = DEFAULT_MAX_STATE_ROWS):
+    def __init__(self, max_rows: int = 200_000, max_state_rows: int = 1_000_000):
         import duckdb
 
         self.max_rows = max_rows
@@ -122,95 +129,105 @@ class LocalSql:
     def query(self, spark_sql: str, tables: dict[str, pa.Table],
               schema: pa.Schema) -> pa.Table | None:
         """Runs ``spark_sql`` over ``tables`` (name → rows), cast to ``schema``; None: use Spark."""
-        fold = self.session()
+        engine = DriverEngine(self)
         try:
             for name, data in tables.items():
-                fold.table(name, data)
-            return fold.collect(spark_sql, schema)
+                engine.table(name, data)
+            return engine.collect(spark_sql, schema)
         except NotLocal:
             return None
         finally:
-            fold.close()
+            engine.close()
 
-    def session(self) -> LocalFold:
-        """A fold's worth of named tables and views on this connection (see :class:`LocalFold`)."""
-        return LocalFold(self)
-
-    def _run(self, spark_sql: str, schema: pa.Schema) -> pa.Table | None:
+    def _run(self, spark_sql: str, schema: pa.Schema) -> pa.Table:
+        """The query's rows cast to ``schema`` with ``_bucket`` filled in; NotLocal says why not."""
         import duckdb
 
-        prepared = prepare(spark_sql)
-        if prepared is None:
-            return None
+        prepared = _prepare(spark_sql)
+        if isinstance(prepared, str):
+            raise NotLocal(prepared)
         try:
             result = self._con.execute(prepared.sql).to_arrow_table()
-        except duckdb.Error:
-            return None
+        except duckdb.Error as e:
+            raise NotLocal(f"DuckDB refused it ({str(e).splitlines()[0][:120]})") from e
         if sorted(result.column_names) != sorted(schema.names):
-            return None
+            raise NotLocal(f"its columns {result.column_names} are not the table's {schema.names}")
         try:
             out = pa.table([result[f.name].cast(f.type) for f in schema], schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-            return None
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            raise NotLocal(f"a value does not fit the table's types ({str(e)[:120]})") from e
         if prepared.bucket is not None:
             # Hashed after the cast: Spark hashes its own types (an INT and a BIGINT of the
             # same value hash differently), and DuckDB may have widened a key expression.
             column, theta, count = prepared.bucket
             try:
                 values = sparkhash.buckets([out[c] for c in theta], count)
-            except sparkhash.UnsupportedType:
-                return None
+            except sparkhash.UnsupportedType as e:
+                raise NotLocal(f"sparkhash does not reproduce a θ type ({e})") from e
             index = out.schema.get_field_index(column)
             out = out.set_column(index, schema.field(index), values.cast(schema.field(index).type))
         self.queries += 1
         return out
 
 
-class LocalFold:
-    """The tables and views of one driver-side fold, mirroring the temp views Spark would get.
+class DriverEngine(Engine):
+    """The driver-side engine (:class:`~incr.runtime.engine.Engine`) on one DuckDB connection.
 
-    The runtime registers the batch and the state it reads as Arrow (:meth:`table`), builds
-    Δ step by step as views (:meth:`view`), and collects each result it writes cast to the
-    target table's schema (:meth:`collect`).  Any step outside the driver-side set raises
-    :class:`NotLocal`; :meth:`close` drops everything either way.
+    Rows and small Delta tables are registered as Arrow, queries become DuckDB views, and
+    each collected result is cast to its target table's schema.  Anything outside the
+    driver-side set raises :class:`~incr.runtime.engine.NotLocal` with the reason;
+    :meth:`close` drops everything either way.
     """
 
-    def __init__(self, engine: LocalSql):
-        self.engine = engine
+    name = DRIVER
+
+    def __init__(self, sql: LocalSql, store: DeltaStore | None = None):
+        self.sql = sql
+        self.store = store
         self._tables: list[str] = []
         self._views: list[str] = []
 
     def table(self, name: str, data: pa.Table) -> str:
-        """Registers Arrow rows as ``name``; returns the name."""
-        self.engine._con.register(name, data)
+        self.sql._con.register(name, data)
         self._tables.append(name)
         return name
 
-    def view(self, name: str, spark_sql: str) -> str:
+    def delta(self, name: str, path: Path) -> str:
+        """Registers a Delta table read by delta-rs, if it holds at most ``max_state_rows``."""
+        assert self.store is not None, "this driver engine reads no Delta tables"
+        rows = self.store.row_count(path)
+        if rows is None:
+            raise NotLocal(f"{Path(path).name}: its row count is not recorded")
+        if rows > self.sql.max_state_rows:
+            raise NotLocal(f"{Path(path).name} has {rows} rows > INCR_LOCAL_STATE_ROWS="
+                           f"{self.sql.max_state_rows}")
+        return self.table(name, self.store.read(path))
+
+    def view(self, name: str, sql: str, cache: bool = False) -> str:
         """Defines ``name`` as the query; a query that hashes a bucket is left to Spark (the
         bucket needs the Spark types of a result, which only :meth:`collect` knows)."""
         import duckdb
 
-        prepared = prepare(spark_sql)
-        if prepared is None or prepared.bucket is not None:
-            raise NotLocal(name)
+        prepared = _prepare(sql)
+        if isinstance(prepared, str):
+            raise NotLocal(f"{name}: {prepared}")
+        if prepared.bucket is not None:
+            raise NotLocal(f"{name}: it hashes a bucket outside a collected result")
         try:
-            self.engine._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {prepared.sql}')
+            self.sql._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {prepared.sql}')
         except duckdb.Error as e:
-            raise NotLocal(name) from e
+            raise NotLocal(f"{name}: DuckDB refused it ({str(e).splitlines()[0][:120]})") from e
         self._views.append(name)
         return name
 
-    def collect(self, spark_sql: str, schema: pa.Schema) -> pa.Table:
-        """The query's rows cast to ``schema`` (buckets filled in as Spark would)."""
-        out = self.engine._run(spark_sql, schema)
-        if out is None:
-            raise NotLocal(spark_sql.split("\n", 1)[0])
-        return out
+    def collect(self, sql: str, schema: pa.Schema | None = None) -> pa.Table:
+        if schema is None:
+            raise NotLocal("the result has no target table to take its types from")
+        return self.sql._run(sql, schema)
 
     def close(self) -> None:
         for name in reversed(self._views):
-            self.engine._con.execute(f'DROP VIEW IF EXISTS "{name}"')
+            self.sql._con.execute(f'DROP VIEW IF EXISTS "{name}"')
         for name in self._tables:
-            self.engine._con.unregister(name)
+            self.sql._con.unregister(name)
         self._tables, self._views = [], []

@@ -27,17 +27,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-
 from incr.compiler import CompiledProgram
 from incr.compiler.program import TableDecl
 from incr.errors import InputError, Location, StorageError
 from incr.runtime import faults
+from incr.runtime.engine import Engines, log
 from incr.runtime.ingest import LoadedBatch, load_batch
 from incr.runtime.iterate import view_runtime
 from incr.runtime.landing import DELETE, INSERT, discover, sha256_of
 from incr.runtime.ledger import Batch, Ledger
-from incr.runtime.engine import Engines
 from incr.runtime.local import LocalSql
 from incr.runtime.lock import Locks
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
@@ -312,8 +310,7 @@ class Pipeline:
                              f"so delete batches are refused; remove the option to allow "
                              f"deletions", Location(display))
         self._check_unchanged(batch, path, progress)
-        return load_batch(self.engines, self.tables[batch.table], path, display,
-                          self.local.max_rows if self.local else 0)
+        return load_batch(self.engines, self.tables[batch.table], path, display)
 
     def _check_unchanged(self, batch: Batch, path: Path, progress: _Progress) -> None:
         if not path.is_file():
@@ -337,10 +334,10 @@ class Pipeline:
         if index is None or progress.index_done(batch):
             return
         if batch.kind == INSERT:
-            index.record_inserts(lambda: loaded.df, batch.seq, self._local_rows(loaded))
+            index.record_inserts(self.engines, lambda: loaded.df, batch.seq, loaded.arrow)
         else:
             index.record_deletes(self.engines, lambda: loaded.df, batch.seq,
-                                 str(self.landing / batch.path), self._local_rows(loaded))
+                                 str(self.landing / batch.path), loaded.arrow)
         progress.indexes[batch.table] = batch.seq
         faults.crash_point("index.after_commit", batch.seq)
 
@@ -354,14 +351,17 @@ class Pipeline:
                 loaded.df.createOrReplaceTempView(name)
                 registered = True
 
-        return [v.apply(batch.seq, batch.kind, batch.table, name, self._local_rows(loaded), register)
-                for v in views]
-
-    def _local_rows(self, loaded: LoadedBatch) -> pa.Table | None:
-        """The batch's rows on the driver, when it is small enough for the driver-side path."""
-        if self.local is None or loaded.arrow is None or loaded.rows > self.local.max_rows:
-            return None
-        return loaded.arrow
+        out = []
+        for v in views:
+            m = v.apply(batch.seq, batch.kind, batch.table, name, loaded.arrow, register)
+            m.rows_in = loaded.rows
+            log.info("batch %d (%s %s, %d rows) → view %s: %s, %d state rows touched, %.3f s "
+                     "(h %.3f, merge %.3f, answer %.3f)", batch.seq, batch.kind, batch.table,
+                     loaded.rows, v.plan.view, m.engine or "already applied",
+                     m.state_rows_touched, m.h_s + m.merge_s + m.answer_s, m.h_s, m.merge_s,
+                     m.answer_s)
+            out.append(m)
+        return out
 
     def _check_answer_ownership(self) -> None:
         for v in self.views.values():

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from incr.compiler.program import TableDecl
 from incr.errors import InputError, Location
 from incr.runtime import sparkhash
+from incr.runtime.engine import DRIVER, SPARK, NotLocal, per_engine
 from incr.runtime.ingest import ROW
 from incr.runtime.session import read_delta
 from incr.runtime.store import DeltaStore
@@ -62,6 +63,7 @@ class RowIndex:
         """Last batch recorded (-1: none)."""
         return self.store.applied_through(self.path)
 
+    @per_engine("row fingerprint", SPARK)
     def fingerprints(self, df: DataFrame) -> DataFrame:
         """``df`` with columns h1, h2: the row fingerprint over the declared columns."""
         from pyspark.sql import functions as F
@@ -72,6 +74,7 @@ class RowIndex:
         return df.withColumn("h1", F.xxhash64(*parts)).withColumn(
             "h2", F.xxhash64(F.lit(_SALT), *parts))
 
+    @per_engine("row fingerprint", DRIVER)
     def local_fingerprints(self, data: pa.Table) -> pa.Table | None:
         """:meth:`fingerprints` computed on the driver (h1, h2 per row), the same numbers
         (:mod:`~incr.runtime.sparkhash`); None when a column type is not reproduced."""
@@ -84,21 +87,29 @@ class RowIndex:
         except sparkhash.UnsupportedType:
             return None
 
-    def record_inserts(self, df: Callable[[], DataFrame], batch: int,
+    def record_inserts(self, engines: Engines, df: Callable[[], DataFrame], batch: int,
                        arrow: pa.Table | None = None) -> IndexMetrics:
-        """Adds the batch's rows to the live set: on the driver when ``arrow`` has them, else
-        in Spark over ``df()`` (the batch's DataFrame is only made when Spark needs it)."""
-        from pyspark.sql import functions as F
-
-        hashed = self.local_fingerprints(arrow) if arrow is not None else None
-        if hashed is not None:
-            grouped = hashed.group_by(["h1", "h2"]).aggregate([("h1", "count")])
-            counts = pa.table({"h1": grouped["h1"], "h2": grouped["h2"], "n": grouped["h1_count"]})
-        else:
-            counts = (self.fingerprints(df()).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
-                      .toArrow())
+        """Adds the batch's rows to the live set: on the driver when ``arrow`` has them and
+        :meth:`Engines.choose` agrees, else in Spark over ``df()`` (the batch's DataFrame is
+        only made when Spark needs it)."""
+        hashed = self._driver_fingerprints(engines, "inserts", arrow)
+        counts = self._local_inserts(hashed) if hashed is not None else self._spark_inserts(df())
         self._append(counts, batch)
         return IndexMetrics(counts.num_rows, self._maybe_compact())
+
+    @per_engine("row index inserts", DRIVER)
+    def _local_inserts(self, hashed: pa.Table) -> pa.Table:
+        """(h1, h2, n): copies per fingerprint, from the fingerprints on the driver."""
+        grouped = hashed.group_by(["h1", "h2"]).aggregate([("h1", "count")])
+        return pa.table({"h1": grouped["h1"], "h2": grouped["h2"], "n": grouped["h1_count"]})
+
+    @per_engine("row index inserts", SPARK)
+    def _spark_inserts(self, df: DataFrame) -> pa.Table:
+        """(h1, h2, n): copies per fingerprint, computed in Spark."""
+        from pyspark.sql import functions as F
+
+        return (self.fingerprints(df).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
+                .toArrow())
 
     def record_deletes(self, engines: Engines, df: Callable[[], DataFrame],
                        batch: int, display: str, arrow: pa.Table | None = None) -> IndexMetrics:
@@ -112,21 +123,44 @@ class RowIndex:
             InputError: naming the file and the first rows that are not live; nothing is
                 recorded.
         """
-        removed = (self._local_deletes(arrow, display, engines.settings.local_index_rows)
-                   if arrow is not None else None)
+        hashed = self._driver_fingerprints(engines, "deletes", arrow)
+        removed = None
+        if hashed is not None:
+            assert arrow is not None
+            try:
+                removed = self._local_deletes(hashed, arrow, display,
+                                              engines.settings.local_index_rows)
+            except NotLocal as e:
+                engines.fell_back("index", f"deletes of {self.table.name}", str(e))
         if removed is None:
             removed = self._spark_deletes(engines.spark, df(), display)
         self._append(removed, batch)
         return IndexMetrics(removed.num_rows, self._maybe_compact())
 
-    def _local_deletes(self, arrow: pa.Table, display: str, max_rows: int) -> pa.Table | None:
-        """The index rows that remove ``arrow``'s rows, checked by pyarrow; None: use Spark."""
+    def _driver_fingerprints(self, engines: Engines, what: str,
+                             arrow: pa.Table | None) -> pa.Table | None:
+        """The batch's fingerprints on the driver, or None when the step goes to Spark."""
+        subject = f"{what} of {self.table.name}"
+        rows = arrow.num_rows if arrow is not None else None
+        if engines.choose("index", subject, rows=rows) != DRIVER:
+            return None
+        assert arrow is not None
         hashed = self.local_fingerprints(arrow)
         if hashed is None:
-            return None
+            engines.fell_back("index", subject, "a column type is not reproduced by sparkhash")
+        return hashed
+
+    @per_engine("row index deletes", DRIVER)
+    def _local_deletes(self, hashed: pa.Table, arrow: pa.Table, display: str,
+                       max_rows: int) -> pa.Table:
+        """The index rows that remove ``arrow``'s rows, checked by pyarrow.
+
+        Raises:
+            NotLocal: the index is too large to read on the driver.
+        """
         rows = self.store.row_count(self.path)
         if rows is None or rows > max_rows:
-            return None
+            raise NotLocal(f"the row index has {rows} rows > INCR_LOCAL_INDEX_ROWS={max_rows}")
         grouped = hashed.append_column(ROW, arrow[ROW]).group_by(["h1", "h2"]).aggregate(
             [(ROW, "count"), (ROW, "min")])
         wanted = pa.table({"h1": grouped["h1"], "h2": grouped["h2"],
@@ -144,6 +178,7 @@ class RowIndex:
             raise InputError(self._message(offenders, bad.num_rows), Location(display))
         return pa.table({"h1": wanted["h1"], "h2": wanted["h2"], "n": pc.negate(wanted["d"])})
 
+    @per_engine("row index deletes", SPARK)
     def _spark_deletes(self, spark: SparkSession, df: DataFrame, display: str) -> pa.Table:
         """The index rows that remove ``df``'s rows, checked by a semi-join in Spark."""
         from pyspark.sql import functions as F

@@ -1,4 +1,4 @@
-"""The SparkSession, and reading Delta tables into Spark without the delta-spark JARs.
+"""The SparkSession, the Spark engine, and reading Delta tables into Spark without the JARs.
 
 Spark reads a Delta table's current version through the table's file list (from delta-rs)
 with ``basePath`` set so the ``_bucket=<n>`` partition directories become a column.  That is
@@ -11,9 +11,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from incr.config import settings
+from incr.runtime.engine import SPARK, Engine, per_engine
 from incr.runtime.store import DeltaStore
 
 if TYPE_CHECKING:
@@ -72,33 +76,50 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str) -> DataFrame:
             .parquet(*snapshot.files).select(*[f.name for f in snapshot.schema]))
 
 
-class TempViews:
-    """Temporary views a runtime registers while it applies a batch, dropped together.
+class SparkEngine(Engine):
+    """The Spark engine (:class:`~incr.runtime.engine.Engine`): names are temporary views.
 
-    Every name is prefixed (by view) so two runtimes on one session never collide, and
-    cached DataFrames are unpersisted on :meth:`release`, so a batch leaves nothing behind.
-    Spark is only asked for when a view is registered (it may not have started).
+    Cached DataFrames are unpersisted on :meth:`close`, so a batch leaves nothing behind.
+    Spark is only asked for when something is registered (it may not have started yet).
     """
 
-    def __init__(self, engines: Engines, prefix: str):
+    name = SPARK
+
+    def __init__(self, engines: Engines, store: DeltaStore):
         self.engines = engines
-        self.prefix = prefix
+        self.store = store
         self._names: list[str] = []
         self._cached: list[DataFrame] = []
 
-    def register(self, name: str, df: DataFrame, cache: bool = False) -> str:
-        """Registers ``df`` as ``<prefix><name>`` (cached when asked); returns the full name."""
-        full = f"{self.prefix}{name}"
+    @property
+    def spark(self) -> SparkSession:
+        return self.engines.spark
+
+    def frame(self, name: str, df: DataFrame, cache: bool = False) -> str:
+        """Registers a DataFrame as ``name`` (cached when asked); returns the name."""
         if cache:
             df = df.cache()
             self._cached.append(df)
-        df.createOrReplaceTempView(full)
-        self._names.append(full)
-        return full
+        df.createOrReplaceTempView(name)
+        self._names.append(name)
+        return name
 
-    def release(self) -> None:
+    def table(self, name: str, data: pa.Table) -> str:
+        return self.frame(name, self.spark.createDataFrame(data))
+
+    def delta(self, name: str, path: Path) -> str:
+        return self.frame(name, read_delta(self.spark, self.store, str(path)))
+
+    @per_engine("compiled SQL", SPARK)
+    def view(self, name: str, sql: str, cache: bool = False) -> str:
+        return self.frame(name, self.spark.sql(sql), cache)
+
+    def collect(self, sql: str, schema: pa.Schema | None = None) -> pa.Table:
+        return self.spark.sql(sql).toArrow()
+
+    def close(self) -> None:
         for name in self._names:
-            self.engines.spark.catalog.dropTempView(name)
+            self.spark.catalog.dropTempView(name)
         for df in self._cached:
             df.unpersist()
         self._names, self._cached = [], []

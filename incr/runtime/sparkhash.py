@@ -33,6 +33,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from incr.compiler.sqlgen import bucket_expression
+from incr.runtime.engine import DRIVER, SPARK, per_engine
+
+# Spark's side of the rule is the compiler's SQL expression; it is marked here, beside the
+# driver's, since the compiler knows nothing of engines.
+per_engine("state bucket", SPARK)(bucket_expression)
+
 SEED = 42
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -155,6 +162,7 @@ def xxhash64(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int = SEED) ->
     return h.view(np.int64)
 
 
+@per_engine("state bucket", DRIVER)
 def buckets(columns: Sequence[pa.Array | pa.ChunkedArray], count: int) -> pa.Array:
     """``CAST(pmod(xxhash64(columns), count) AS INT)``: the ``_bucket`` of each row."""
     if not columns or count == 1:

@@ -6,8 +6,10 @@ import pyarrow as pa
 
 from incr.compiler.program import Column
 from incr.compiler.types import SqlType, spark_type_name
+from incr.runtime.engine import DRIVER, SPARK, per_engine
 
 
+@per_engine("batch rows, types and _row", DRIVER)
 def arrow_type(t: SqlType) -> pa.DataType:
     """The Arrow type a column of declared type ``t`` is read as."""
     simple = {
@@ -27,6 +29,7 @@ def arrow_schema(columns: tuple[Column, ...]) -> pa.Schema:
                       for c in columns])
 
 
+@per_engine("batch rows, types and _row", SPARK)
 def spark_type(t: SqlType) -> str:
     """Spark SQL DDL spelling of a declared type (TIMESTAMP has no time zone: TIMESTAMP_NTZ)."""
     return spark_type_name(t)

@@ -9,6 +9,9 @@
 * ⊗̂ (diffusion, seed §8.2) is the right-outer variant: only ΔT's keys come out.
 * ⊗± (signed merge) exists for tables holding only counts (side tables and value-count
   bags): a count is a group, so one MERGE folds signed changes, inserts and deletes at once.
+* ⊗= (replace) writes rows already combined elsewhere (``old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)`` computed
+  as a query, when a stage must also hand on its output change): matched rows take the new
+  values, rows at count 0 go, new rows at count 0 are never inserted.
 
 The global-aggregate row (empty θ) never vanishes: SQL answers a global aggregate over no
 rows with one row (COUNT 0, SUM NULL), so its state keeps the identity instead.
@@ -20,7 +23,7 @@ from dataclasses import replace
 
 from incr.algebra.monoids import Count
 from incr.compiler.compilation import Compilation
-from incr.compiler.plan import ROW_COUNT, DiffusionSpec, MergeSpec, StateTable
+from incr.compiler.plan import ROW_COUNT, DiffusionSpec, MergeSpec, StateTable, live, vanished
 
 TARGET, SOURCE = "t", "s"
 
@@ -32,7 +35,9 @@ def derive_merge(c: Compilation) -> Compilation:
     diminish = tuple(_diminish(t) for t in c.tables if t.invertible)
     diffuse = tuple(_diffuse(t) for t in c.tables)
     signed = tuple(_signed(t) for t in c.tables if all(isinstance(v.monoid, Count) for v in t.values))
-    return replace(c, merge=merge, diminish=diminish, diffuse=diffuse, signed=signed)
+    replaced = tuple(_replace(t) for t in c.tables if t.side_of is None)
+    return replace(c, merge=merge, diminish=diminish, diffuse=diffuse, signed=signed,
+                   replace=replaced)
 
 
 def _refs(table: StateTable, alias: str) -> list[tuple[str, ...]]:
@@ -54,14 +59,22 @@ def _diminish(table: StateTable) -> MergeSpec:
     updates: list[tuple[str, str]] = []
     for v, t, s in zip(table.values, _refs(table, TARGET), _refs(table, SOURCE)):
         updates += zip(v.columns, v.monoid.sql_diminish(t, s))
-    vanish = (f"{TARGET}.{ROW_COUNT} - {SOURCE}.{ROW_COUNT} = 0" if table.vanishes else None)
+    vanish = vanished(f"{TARGET}.{ROW_COUNT} - {SOURCE}.{ROW_COUNT}") if table.vanishes else None
     return MergeSpec("⊗̃", table.name, table.key_columns, tuple(updates), vanish, False)
 
 
 def _signed(table: StateTable) -> MergeSpec:
     updates = tuple((col, f"{TARGET}.{col} + {SOURCE}.{col}") for col in table.value_columns)
-    vanish = f"{TARGET}.{ROW_COUNT} + {SOURCE}.{ROW_COUNT} = 0" if table.vanishes else None
+    vanish = vanished(f"{TARGET}.{ROW_COUNT} + {SOURCE}.{ROW_COUNT}") if table.vanishes else None
     return MergeSpec("⊗±", table.name, table.key_columns, updates, vanish, True)
+
+
+def _replace(table: StateTable) -> MergeSpec:
+    updates = tuple((col, f"{SOURCE}.{col}") for col in table.value_columns)
+    count = f"{SOURCE}.{ROW_COUNT}"
+    return MergeSpec("⊗=", table.name, table.key_columns, updates,
+                     vanished(count) if table.vanishes else None, True,
+                     live(count) if table.vanishes else None)
 
 
 def _diffuse(table: StateTable) -> DiffusionSpec:

@@ -1,0 +1,279 @@
+"""Folding one batch into a view's stages, on whichever engine was chosen.
+
+A view is one or more stages (see :class:`~incr.compiler.plan.StagePlan`), producers
+first.  A batch of a source flows through every stage it reaches, in order.  Changes move
+between stages as *signed rows* (``_w``: +n copies in, -n copies out): a batch of a
+source is all +1 or all -1, and a stage whose output feeds another hands on, per batch, the
+rows its output lost (old values of the groups the batch touched) and gained (new values).
+
+Per stage and batch:
+
+1. Δ of the stage's input: the changed input itself, or for a join the sum over the subsets
+   of changed inputs joined with the other inputs' side tables (before this batch).
+2. Its main tables (aggregate state and bags) are updated, by one of three strategies:
+
+   * **fast** (:meth:`Fold._fast_merge`), when every row of Δ has the same sign and no
+     stage reads this one: ``MERGE state ⊗ h(Δ)`` (or ⊗̃), the Delta MERGE of the seed paper;
+   * **combine** (:meth:`Fold._combine_merge`), otherwise: the new rows of the touched keys
+     are computed as ``old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)`` with the same monoid expressions, the stage's
+     output change (new rows minus old rows of those keys) is written to its *outbox*, and
+     the new rows replace the old ones (⊗=);
+   * **pass on** (:meth:`Fold._pass_on`), for a *streaming* stage (linear, read by another
+     stage): no state of its own, its outbox is h(Δ⁺) − h(Δ⁻); a streaming stage without a
+     join is *virtual*: not even an outbox, its readers compute its change as a view.
+
+3. The side tables of the changed inputs are updated with a signed MERGE (⊗±).
+
+Every query comes from the compiler (:mod:`incr.compiler.sqlgen`, printed by
+``incr explain``); this module only names intermediate results and sequences the steps.
+Every table records the batches it committed, so applying a batch is idempotent at every
+step: after a crash, tables already at the batch are skipped and the rest catch up.  The
+order (outbox, then main tables, then side tables) keeps each recomputation identical to
+the first attempt: Δ reads side tables that only change last, and the outbox is written
+before the state it is computed from changes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from incr.compiler.plan import IncrementalPlan, StagePlan, StateTable
+from incr.compiler.sqlgen import (
+    delta_sign,
+    render_all,
+    render_anti_delta,
+    render_changed_rows,
+    render_combined,
+    render_explode,
+    render_live_rows,
+    render_none,
+    render_old_rows,
+    render_output_change,
+    render_signed,
+    render_stage_delta,
+    render_touched_keys,
+)
+from incr.runtime import faults
+from incr.runtime.engine import Engine, per_engine
+from incr.runtime.landing import DELETE
+from incr.runtime.state import INSERT, REPLACED, SIGNED, ViewState
+
+
+@dataclass
+class ViewMetrics:
+    """Timings and row counts of one view for one batch."""
+
+    view: str
+    batch: int
+    engine: str = ""
+    rows_in: int = 0
+    h_s: float = 0.0
+    merge_s: float = 0.0
+    answer_s: float = 0.0
+    state_rows_touched: int = 0
+    answer_rows: int = 0
+    tables: dict[str, dict] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Delta:
+    """Δ of a stage's input: a registered view, its sign (0: mixed) and whether its rows are
+    plain (a source batch, one copy per row, no ``_w``) rather than signed."""
+
+    view: str
+    sign: int
+    plain: bool = False
+
+
+class Fold:
+    """One batch of one source through the stages of one view, on one engine."""
+
+    def __init__(self, plan: IncrementalPlan, state: ViewState, engine: Engine,
+                 metrics: ViewMetrics):
+        self.plan = plan
+        self.state = state
+        self.engine = engine
+        self.metrics = metrics
+        self._prefix = f"incr_{plan.view}_"
+
+    # -- naming results on the engine ---------------------------------------------------------
+    def _view(self, name: str, sql: str, cache: bool = False) -> str:
+        return self.engine.view(self._prefix + name, sql, cache)
+
+    def _state(self, table: str) -> str:
+        return self.engine.delta(f"{self._prefix}state_{table}", self.state.path(table))
+
+    def _collect(self, sql: str, table: str):
+        return self.engine.collect(sql, self.state.schema(table))
+
+    # -- the batch ---------------------------------------------------------------------------
+    def run(self, batch: int, source: str, view: str, sign: int) -> None:
+        """Folds the changes of ``source`` (registered as ``view``) into every stage they reach.
+
+        ``view`` holds plain rows, all inserted (``sign`` +1) or all deleted (-1), or with
+        ``sign`` 0 signed rows (a ``_w`` column of ±copies).
+        """
+        if sign == 0 or all(s.direct for s in self.plan.stages if self.plan.depends_on(s, source)):
+            signed = view  # direct stages read the plain batch (see _stage_delta)
+        else:
+            signed = self._view(f"batch_{source}", render_signed(view, sign))
+        outboxes: dict[str, str] = {}
+        for stage in self.plan.stages:
+            if not self.plan.depends_on(stage, source):
+                continue
+            changes: dict[str, tuple[str, int]] = {}
+            for inp in stage.inputs:
+                if inp.derived and inp.table in outboxes:
+                    changes[inp.alias] = (outboxes[inp.table], 0)
+                elif not inp.derived and inp.table.lower() == source.lower():
+                    changes[inp.alias] = (signed, sign)
+            virtual = self._apply_stage(stage, batch, changes, view)
+            if virtual is not None:
+                outboxes[stage.name] = virtual
+            elif self.plan.consumers(stage.name):
+                path = self.state.check_outbox(stage, batch)
+                outboxes[stage.name] = self.engine.delta(f"{self._prefix}out_{stage.name}", path)
+
+    def _apply_stage(self, stage: StagePlan, batch: int, changes: dict[str, tuple[str, int]],
+                     batch_view: str) -> str | None:
+        """Applies the batch to one stage; returns a virtual stage's output changes (a view)."""
+        if self.plan.virtual(stage):
+            t0 = time.perf_counter()
+            view = self._view(f"out_{stage.name}", self._passed_on(
+                stage, self._stage_delta(stage, changes, batch_view)), cache=True)
+            self.metrics.h_s += time.perf_counter() - t0
+            return view
+        pending = [t for t in self.plan.stored(stage)
+                   if t.side_of is None and self.state.through(t.name) < batch]
+        sides = [t for t in stage.tables if t.side_of is not None and t.side_of in changes]
+        pending_sides = [t for t in sides if self.state.through(t.name) < batch]
+        outbox = bool(self.plan.consumers(stage.name)) and self.state.through(stage.outbox) < batch
+        if pending or outbox:
+            delta = self._stage_delta(stage, changes, batch_view)
+            if self.plan.streams(stage):
+                t0 = time.perf_counter()
+                self._write_outbox(stage, self._passed_on(stage, delta), batch)
+                self.metrics.h_s += time.perf_counter() - t0
+            elif delta.sign != 0 and not outbox:
+                self._fast_merge(stage, pending, delta, batch)
+            else:
+                self._combine_merge(stage, pending, delta, batch, outbox)
+        for table in pending_sides:
+            t0 = time.perf_counter()
+            rows = self._collect(self.plan.h_sql(table.name, changes[table.side_of][0]), table.name)
+            t1 = time.perf_counter()
+            spec = next(s for s in stage.signed if s.table == table.name)
+            touched = self.state.merge(table, spec, rows, batch, SIGNED)
+            self._record(table.name, rows.num_rows, t1 - t0, time.perf_counter() - t1, touched)
+        return None
+
+    def _stage_delta(self, stage: StagePlan, changes: dict[str, tuple[str, int]],
+                     batch_view: str) -> _Delta:
+        """Δ of the stage's input as a registered view of signed rows, with its sign.
+
+        A direct stage over a declared source reads the batch itself (plain rows, one copy
+        each, all of the batch's sign).
+        """
+        if stage.direct:
+            (view, sign), = changes.values()
+            return _Delta(batch_view, sign, plain=True) if sign != 0 else _Delta(view, 0)
+        sides = {t.side_of: self._state(t.name) for t in stage.tables if t.side_of}
+        anti = {}
+        for branch in stage.branches:
+            for a in branch.join.anti:
+                if a.input.alias in changes and a.input.alias not in anti:
+                    anti[a.input.alias] = self._view(
+                        f"dz_{stage.name}_{a.input.alias}",
+                        render_anti_delta(a, changes[a.input.alias][0], sides[a.input.alias]),
+                        cache=True)
+        sql = render_stage_delta(stage, changes, sides, anti)
+        assert sql is not None, f"stage {stage.name} was reached, yet none of its inputs changed"
+        return _Delta(self._view(f"delta_{stage.name}", sql, cache=True), delta_sign(stage, changes))
+
+    def _split(self, delta: _Delta, stage: StagePlan) -> tuple[str, str]:
+        """Plain rows of Δ's insertions and of its deletions (one per copy), as two views."""
+        if delta.plain:  # a batch of a source: one sign, one copy per row
+            rows = self._view(f"rows_{stage.name}", render_all(delta.view))
+            empty = self._view(f"none_{stage.name}", render_none(delta.view))
+            return (rows, empty) if delta.sign > 0 else (empty, rows)
+        return (self._view(f"rows_{stage.name}_True", render_explode(delta.view, True)),
+                self._view(f"rows_{stage.name}_False", render_explode(delta.view, False)))
+
+    def _passed_on(self, stage: StagePlan, delta: _Delta) -> str:
+        """A streaming stage's output changes: h(Δ⁺) gained, h(Δ⁻) lost (no state read)."""
+        main = stage.main_tables[0]
+        plus, minus = self._split(delta, stage)
+        gained = self._view(f"hp_{main.name}", self.plan.h_sql(main.name, plus))
+        lost = self._view(f"hn_{main.name}", self.plan.h_sql(main.name, minus))
+        return render_output_change(stage, {main.name: lost}, {main.name: gained})
+
+    def _fast_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
+                    batch: int) -> None:
+        """``MERGE state ⊗ h(Δ)`` (⊗̃ for deletions) per pending table: Δ has one sign."""
+        sign = delta.sign
+        rows = delta.view if delta.plain else self._view(f"rows_{stage.name}_None",
+                                                         render_explode(delta.view, None))
+        specs = {s.table: s for s in (stage.diminish if sign < 0 else stage.merge)}
+        for table in pending:
+            faults.crash_point("view.before_merge", batch)
+            t0 = time.perf_counter()
+            h = self._collect(self.plan.h_sql(table.name, rows), table.name)
+            t1 = time.perf_counter()
+            touched = self.state.merge(table, specs[table.name], h, batch,
+                                       DELETE if sign < 0 else INSERT)
+            self._record(table.name, h.num_rows, t1 - t0, time.perf_counter() - t1, touched)
+            faults.crash_point("view.after_merge", batch)
+
+    @per_engine("⊗/⊗̃ as MERGE and as a query", "query")
+    def _combine_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
+                       batch: int, outbox: bool) -> None:
+        """New rows of the touched keys computed as a query, the outbox written, then ⊗=."""
+        t0 = time.perf_counter()
+        plus, minus = self._split(delta, stage)
+        diffusions = {s.table: s for s in stage.diffuse}
+        diminishes = {s.table: s for s in stage.diminish}
+        old_views: dict[str, str] = {}
+        new_views: dict[str, str] = {}
+        changed: dict[str, str] = {}
+        main = stage.main_tables[0]
+        touched_keys = ""
+        for table in stage.main_tables:
+            hp = self._view(f"hp_{table.name}", self.plan.h_sql(table.name, plus), cache=True)
+            hn = self._view(f"hn_{table.name}", self.plan.h_sql(table.name, minus), cache=True)
+            if table is main:
+                touched_keys = self._view(f"touched_{stage.name}",
+                                          render_touched_keys(table, hp, hn), cache=True)
+            old = self._view(f"old_{table.name}",
+                             render_old_rows(table, self._state(table.name), touched_keys),
+                             cache=True)
+            diminish = diminishes.get(table.name)
+            new = self._view(f"new_{table.name}", render_combined(
+                table, diffusions[table.name], diminish, old, hp, hn if diminish else None), cache=True)
+            changed[table.name] = self._view(f"changed_{table.name}",
+                                             render_changed_rows(table, new, hp, hn))
+            old_views[table.name] = old
+            new_views[table.name] = self._view(f"live_{table.name}", render_live_rows(table, new))
+        self.metrics.h_s += time.perf_counter() - t0
+        if outbox:
+            self._write_outbox(stage, render_output_change(stage, old_views, new_views), batch)
+        replaces = {s.table: s for s in stage.replace}
+        for table in pending:
+            faults.crash_point("view.before_merge", batch)
+            t1 = time.perf_counter()
+            rows = self._collect(render_all(changed[table.name]), table.name)
+            t2 = time.perf_counter()
+            touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
+            self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
+            faults.crash_point("view.after_merge", batch)
+
+    def _write_outbox(self, stage: StagePlan, sql: str, batch: int) -> None:
+        self.state.write_outbox(stage, self.engine.collect(sql, self.state.schema(stage.outbox)),
+                                batch)
+
+    def _record(self, table: str, rows: int, h_s: float, merge_s: float, touched: int) -> None:
+        m = self.metrics
+        m.h_s += h_s
+        m.merge_s += merge_s
+        m.state_rows_touched += touched
+        m.tables[table] = {"h_rows": rows, "h_s": h_s, "merge_s": merge_s}

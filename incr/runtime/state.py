@@ -1,0 +1,205 @@
+"""A view's state tables: where they live, how far they are, how they are created and written.
+
+Layout in the warehouse::
+
+    WAREHOUSE/state/<view>/<state fingerprint>/<table>   Delta, partitioned by _bucket
+
+Every write goes through the storage adapter's MERGE (:class:`~incr.runtime.store.Merge`)
+with a spec the compiler derived (⊗, ⊗̃, ⊗±, ⊗=), and records its batch number in the same
+commit, so applying a batch is idempotent table by table.  After each MERGE a table is
+compacted once it holds more than :data:`~incr.config.COMPACT_FILES_PER_BUCKET` files per
+bucket *of its own* bucket count (a side table of a global aggregate has the program's
+buckets, its main table one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from incr.compiler.plan import BUCKET, WEIGHT, IncrementalPlan, MergeSpec, StagePlan, StateTable
+from incr.compiler.sqlgen import render_anti_delta, render_none, render_rows, render_stage_delta
+from incr.config import COMPACT_FILES_PER_BUCKET
+from incr.errors import StorageError
+from incr.runtime.engine import per_engine
+from incr.runtime.landing import DELETE
+from incr.runtime.store import DeltaStore
+from incr.runtime.types import arrow_schema, nullable
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from incr.runtime.engine import Engines
+    from incr.runtime.session import SparkEngine
+
+#: What a MERGE folds: a batch's insertions (⊗), deletions (⊗̃), signed rows (⊗±) or rows
+#: already combined by a query (⊗=).
+INSERT, SIGNED, REPLACED = "insert", "signed", "replaced"
+
+
+class ViewState:
+    """The state tables of one view (one state fingerprint)."""
+
+    def __init__(self, plan: IncrementalPlan, store: DeltaStore, warehouse: Path):
+        self.plan = plan
+        self.store = store
+        self.view_root = warehouse / "state" / plan.view
+        self.root = self.view_root / plan.state_fingerprint
+        self._ready = False
+
+    def path(self, table: str) -> Path:
+        return self.root / table
+
+    def through(self, table: str) -> int:
+        """The last batch ``table`` committed (-1: none)."""
+        return self.store.applied_through(self.path(table))
+
+    def schema(self, table: str) -> pa.Schema:
+        return self.store.schema(self.path(table))
+
+    def stage_of(self, table: str) -> StagePlan:
+        return next(s for s in self.plan.stages if any(t.name == table for t in s.tables))
+
+    # -- writing -----------------------------------------------------------------------------
+    @per_engine("⊗/⊗̃ as MERGE and as a query", "delta-rs MERGE")
+    def merge(self, table: StateTable, spec: MergeSpec, rows: pa.Table, batch: int, kind: str) -> int:
+        """Folds ``rows`` into ``table`` with ``spec``; returns the source rows merged.
+
+        Raises:
+            StorageError: deleted rows (⊗̃) that match no state row: the state and the row
+                index disagree, and the view must be rebuilt.
+        """
+        path = self.path(table.name)
+        sort_by = (BUCKET, *table.key_columns)
+        if kind == INSERT and rows.num_rows and self.store.is_empty(path):
+            # state ⊗ h(ΔS) with an empty state is h(ΔS) itself.
+            self.store.append(path, rows.sort_by([(c, "ascending") for c in sort_by]), batch=batch)
+            return rows.num_rows
+        merge = (self.store.merge(path, rows)
+                 .on(spec.keys, buckets=rows.column(BUCKET).to_pylist())
+                 .when_matched_delete(spec.delete_when)
+                 .when_matched_update(dict(spec.updates)))
+        if spec.insert_unmatched:
+            merge = merge.when_not_matched_insert_all(spec.insert_when)
+        result = merge.for_batch(batch).execute()
+        if kind == DELETE and result.updated + result.deleted != result.source_rows:
+            raise StorageError(
+                f"view {self.plan.view}: {result.source_rows - result.updated - result.deleted} "
+                f"rows of h(ΔS') matched no state row in {table.name}; the state is out of step "
+                f"with the row index. Rebuild the view (delete WAREHOUSE/state/{self.plan.view}).")
+        self.compact(table)
+        return result.source_rows
+
+    def compact(self, table: StateTable) -> bool:
+        """Rewrites ``table`` sorted once it has too many files for its own bucket count."""
+        buckets = self.stage_of(table.name).buckets_of(table.name)
+        return self.store.compact(self.path(table.name), (BUCKET, *table.key_columns),
+                                  COMPACT_FILES_PER_BUCKET * buckets)
+
+    def write_outbox(self, stage: StagePlan, rows: pa.Table, batch: int) -> None:
+        """Replaces the stage's outbox by its output change for ``batch``."""
+        path = self.path(stage.outbox)
+        self.store.write(path, rows.cast(nullable(self.store.schema(path))), mode="overwrite",
+                         batch=batch)
+
+    def check_outbox(self, stage: StagePlan, batch: int) -> Path:
+        """The outbox of ``stage``, which must hold the output change of ``batch``."""
+        path = self.path(stage.outbox)
+        through = self.store.applied_through(path)
+        if through != batch:
+            raise StorageError(f"view {self.plan.view}: the output changes of stage {stage.name} "
+                               f"are at batch {through}, not {batch}; rebuild the view (delete "
+                               f"WAREHOUSE/state/{self.plan.view})")
+        return path
+
+    def drop_stale(self) -> None:
+        """Removes state directories of earlier versions of this view."""
+        if not self.view_root.is_dir():
+            return
+        for child in self.view_root.iterdir():
+            if child.is_dir() and child.name != self.plan.state_fingerprint:
+                self.store.remove(child)
+
+    # -- creating the state: h(∅) -------------------------------------------------------------
+    def ensure_tables(self, engines: Engines) -> None:
+        """Creates every missing state table with its content for no input at all, h(∅).
+
+        That is empty for grouped state, the identity row for a global aggregate (SQL
+        answers one row over no rows), and for a side table mirroring a stage, that
+        stage's output over nothing.  Spark computes it all over empty sources, which also
+        fixes every table's schema (Spark's types) before the first batch, whichever source
+        it comes from.
+        """
+        if self._ready:
+            return
+        paths = [t.name for s in self.plan.stages for t in self.plan.stored(s)]
+        paths += list(self.plan.outboxes())
+        if not all(self.store.exists(self.path(p)) for p in paths):
+            from incr.runtime.session import SparkEngine
+
+            spark = SparkEngine(engines, self.store)
+            try:
+                self._create_tables(spark)
+            finally:
+                spark.close()
+        self._ready = True
+
+    def _create_tables(self, spark: SparkEngine) -> None:
+        prefix = f"incr_{self.plan.view}_init_"
+        sources = {}
+        for decl in self.plan.source_tables:
+            empty = arrow_schema(decl.columns).empty_table()
+            empty = empty.append_column(WEIGHT, pa.array([], pa.int64()))
+            sources[decl.name.lower()] = spark.table(f"{prefix}src_{decl.name}", empty)
+        outputs: dict[str, str] = {}
+        for stage in self.plan.stages:
+            inputs = {i.alias: (outputs[i.table] if i.derived else sources[i.table.lower()], 0)
+                      for i in stage.inputs}
+            sides: dict[str, str] = {}
+            for table in stage.tables:
+                if table.side_of is None:
+                    continue
+                sides[table.side_of] = spark.view(
+                    f"{prefix}{table.name}", self.plan.h_sql(table.name, inputs[table.side_of][0]))
+                self._create(table.name, spark, sides[table.side_of], table.key_columns)
+            if stage.direct:
+                delta = inputs[stage.inputs[0].alias][0]
+            else:  # one changed input per branch: every branch's columns, as one union
+                empty_sides = {a: spark.view(f"{prefix}void_{a}", render_none(v))
+                               for a, v in sides.items()}
+                first = {b.join.inputs[0].alias for b in stage.branches}
+                anti = {a.input.alias: render_anti_delta(a, inputs[a.input.alias][0],
+                                                         empty_sides[a.input.alias])
+                        for b in stage.branches for a in b.join.anti if a.input.alias in first}
+                delta = spark.view(f"{prefix}delta_{stage.name}", render_stage_delta(
+                    stage, {a: inputs[a] for a in first}, empty_sides, anti))
+            rows = spark.view(f"{prefix}rows_{stage.name}", render_none(delta))
+            state: dict[str, str] = {}
+            for table in stage.main_tables:
+                state[table.name] = spark.view(f"{prefix}{table.name}",
+                                               self.plan.h_sql(table.name, rows))
+                if table in self.plan.stored(stage):
+                    self._create(table.name, spark, state[table.name], table.key_columns)
+            outputs[stage.name] = spark.view(f"{prefix}out_{stage.name}",
+                                             render_rows(stage.answer, state))
+            if stage.outbox in self.plan.outboxes():
+                none = spark.view(f"{prefix}none_{stage.name}", render_none(outputs[stage.name]))
+                self._create(stage.outbox, spark, none, ())
+
+    def _create(self, table: str, spark: SparkEngine, view: str, keys: tuple[str, ...]) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        path = self.path(table)
+        if self.store.exists(path):
+            return
+        df: DataFrame = spark.spark.table(view)
+        data = df.toArrow()
+        schema = nullable(to_arrow_schema(df.schema))
+        data = data.cast(schema) if data.num_rows else schema.empty_table()
+        partition = [BUCKET] if BUCKET in schema.names else None
+        self.store.write(path, data, mode="append", batch=None, partition_by=partition,
+                         description=f"incr state {table} of view {self.plan.view} (program "
+                                     f"{self.plan.program}, state {self.plan.state_fingerprint}); "
+                                     f"keyed by {', '.join(keys) or '()'}")
