@@ -61,17 +61,17 @@ def decorrelate(q: Query) -> Query:
     where_sub = next((n for n in subqueries if not isinstance(n, exp.In)), None)
     in_anchor = where_in.copy() if where_in is not None else None
     sub_anchor = where_sub.copy() if where_sub is not None else None
-    for node in list(tree.find_all(exp.Not)):
-        rewrite_not_in(node, q.program)
+    for negation in list(tree.find_all(exp.Not)):
+        rewrite_not_in(negation, q.program)
     try:
         tree = qualify_names(scope, tree)
         tree = merge_subqueries(unnest_subqueries(eliminate_subqueries(tree)))
         # An EXISTS still standing is uncorrelated: a one-row count, crossed in.
         exists = list(tree.find_all(exp.Exists))
-        for node in exists:
+        for standing in exists:
             count = exp.select(exp.Count(this=exp.Star()).as_("_n")).from_(exp.Subquery(
-                this=node.this.copy(), alias=exp.TableAlias(this=exp.to_identifier("_e"))))
-            node.replace(exp.GT(this=exp.Subquery(this=count), expression=exp.Literal.number(0)))
+                this=standing.this.copy(), alias=exp.TableAlias(this=exp.to_identifier("_e"))))
+            standing.replace(exp.GT(this=exp.Subquery(this=count), expression=exp.Literal.number(0)))
         if exists:
             tree = merge_subqueries(unnest_subqueries(tree))
         for where in list(tree.find_all(exp.Where)):  # unnesting leaves TRUE AND ...

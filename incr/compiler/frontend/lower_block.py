@@ -108,7 +108,7 @@ class _Lowering:
         for _, node in items:
             check_no_alias_refs(self.scope, node, "SELECT", self.source)
         self.output = tuple(Column(n.name, type_of(n.expr, self.source)) for n in exprs)
-        sort_keys = self._order_keys(tree, exprs, Scalar.of)
+        sort_keys = self._order_keys(tree, exprs, lambda node: Scalar.of(node))
         if sort_keys:
             rel = Sort(rel, sort_keys)
         rel = Project(rel, exprs)

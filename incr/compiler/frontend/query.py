@@ -41,7 +41,7 @@ class Scope:
 
     def loc(self, node: exp.Expr | None) -> Location:
         """The position of ``node`` (or its first positioned descendant), else the view's."""
-        return location_of(node, self.where) if node is not None else self.where  # type: ignore[arg-type]
+        return location_of(node, self.where) if node is not None else self.where
 
     def refuse(self, construct: str, why: str, node: exp.Expr | None) -> NotIncrementalizableError:
         """The error for a construct outside the maintained class: names it and says why."""

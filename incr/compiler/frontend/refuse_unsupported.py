@@ -14,7 +14,6 @@ equality) are made by the step that finds out: ``lower_block``, ``split_joins`` 
 
 from __future__ import annotations
 
-
 from sqlglot import exp
 
 from incr.compiler.frontend.query import Query, Scope

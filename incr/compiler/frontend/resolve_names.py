@@ -66,7 +66,7 @@ def qualify_names(scope: Scope, tree: exp.Expr) -> exp.Expr:
 
     schema: dict[str, Any] = {t.name: {c.name: str(c.type) for c in t.columns}
                               for t in scope.program.tables}
-    return qualify(tree, schema=schema, dialect=scope.program.options.dialect)  # type: ignore[arg-type]
+    return qualify(tree, schema=schema, dialect=scope.program.options.dialect)
 
 
 def resolve_table(scope: Scope, table_node: exp.Table,
