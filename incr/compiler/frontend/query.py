@@ -35,13 +35,13 @@ class Scope:
     program: Program
 
     @property
-    def where(self) -> Location:
-        """The view's own location, for errors with no better position."""
+    def location(self) -> Location:
+        """The view's own location: for errors with no better position, and derived tables."""
         return self.view.location
 
     def loc(self, node: exp.Expr | None) -> Location:
         """The position of ``node`` (or its first positioned descendant), else the view's."""
-        return location_of(node, self.where) if node is not None else self.where
+        return location_of(node, self.location) if node is not None else self.location
 
     def refuse(self, construct: str, why: str, node: exp.Expr | None) -> NotIncrementalizableError:
         """The error for a construct outside the maintained class: names it and says why."""
@@ -137,10 +137,6 @@ class Block:
     source: TableDecl | None = None
     branches: tuple[Branch, ...] = ()
     stage: StageTranslation | None = None
-
-    @property
-    def program(self) -> Program:
-        return self.scope.program
 
     @property
     def table(self) -> TableDecl:

@@ -78,7 +78,7 @@ def resolve_table(scope: Scope, table_node: exp.Table,
     """
     if table_node.meta.get("incr_stage"):
         stage = derived[table_node.meta["incr_stage"]]
-        return TableDecl(stage.name, stage.output, scope.where)
+        return TableDecl(stage.name, stage.output, scope.location)
     if table_node.args.get("db") or table_node.args.get("catalog"):
         raise scope.error(f"qualified table names are not supported: {table_node.sql()}",
                           table_node)

@@ -235,7 +235,7 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
     elif terms[0].filters:
         tree.where(exp.and_(*terms[0].filters), copy=False)
     append_only = not outer and all(not i.derived and i.decl.append_only for i in inputs)
-    source = TableDecl(name="joined", columns=columns, location=scope.where,
+    source = TableDecl(name="joined", columns=columns, location=scope.location,
                        append_only=append_only)
     return tuple(branches), source
 

@@ -140,7 +140,7 @@ class _Splitter:
             assert branch.project is not None
             branches.append(replace(branch, project=tuple(
                 Named(col.name, expr.expr) for col, expr in zip(columns, branch.project))))
-        source = TableDecl(UNION, tuple(columns), self.scope.where)
+        source = TableDecl(UNION, tuple(columns), self.scope.location)
         select = exp.select(*[exp.column(c.name) for c in columns]).from_(UNION)
         if distinct:
             select.set("distinct", exp.Distinct())
@@ -169,7 +169,7 @@ class _Splitter:
         scope = self.scope
         table_node = tree.args["from_"].this
         stage = ctes.get(table_node.name.lower()) if not scope.program.table(table_node.name) else None
-        decl = TableDecl(stage.name, stage.output, scope.where) if stage \
+        decl = TableDecl(stage.name, stage.output, scope.location) if stage \
             else resolve_table(scope, table_node, {})
         resolve_columns(scope, tree, table_node.alias_or_name, decl)
         if tree.args.get("where") is not None and contains_aggregate(tree.args["where"].this):
