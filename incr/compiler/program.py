@@ -250,7 +250,7 @@ def _parse_statement(chunk: str, path: str, line: int, offset: int, dialect: str
     return statement
 
 
-def shift_lines(tree: exp.Expression, lines: int, chars: int) -> None:
+def shift_lines(tree: exp.Expr, lines: int, chars: int) -> None:
     """Makes node positions absolute in the file (sqlglot counts from the statement)."""
     for node in tree.walk():
         meta = node.meta if node._meta else None  # noqa: SLF001 - avoid creating empty dicts
@@ -424,7 +424,7 @@ def _check_names(tables: list[TableDecl], views: list[ViewDecl], path: str) -> N
                              item.location)
 
 
-def _loc(node: exp.Expression, fallback: Location) -> Location:
+def _loc(node: exp.Expr, fallback: Location) -> Location:
     """The position of ``node`` in the program file, or ``fallback``."""
     meta = node.meta if node is not None and node._meta else None  # noqa: SLF001
     if meta and "line" in meta:
@@ -432,7 +432,7 @@ def _loc(node: exp.Expression, fallback: Location) -> Location:
     return fallback
 
 
-def location_of(node: exp.Expression, fallback: Location) -> Location:
+def location_of(node: exp.Expr, fallback: Location) -> Location:
     """Best-known position of ``node``: its own, else its first positioned descendant's."""
     for candidate in node.walk():
         loc = _loc(candidate, fallback)

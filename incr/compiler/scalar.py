@@ -29,7 +29,7 @@ class Scalar:
     sql: str
 
     @staticmethod
-    def of(node: exp.Expression) -> Scalar:
+    def of(node: exp.Expr) -> Scalar:
         """Canonical Scalar for a sqlglot expression."""
         return Scalar(node.sql(dialect=CANONICAL_DIALECT))
 

@@ -1,0 +1,79 @@
+"""The compiler's front end: from a view's parsed SELECT to the relational IR of its stages.
+
+This is the compiler's front door: every construct outside the supported class stops here
+with a :class:`~incr.errors.NotIncrementalizableError` that names the construct, the file
+and line, and why.  Names are resolved here too, so the IR passes
+(:mod:`incr.compiler.passes`) see one canonical form.
+
+The front end is organised like the IR passes and like sqlglot's optimizer: one step per
+module, named after its function, run in the order of a tuple.  Its steps work on sqlglot
+trees; two tuples run them:
+
+* :data:`FRONTEND`, over the whole view (a :class:`~incr.compiler.frontend.query.Query`):
+  refuse what has no incremental form, decorrelate nested queries, split into stages;
+* :data:`~incr.compiler.frontend.block.BLOCK`, over each query block (one SELECT, a
+  :class:`~incr.compiler.frontend.query.Block`), run by ``split_stages`` for each stage it
+  splits off: read the inputs and split the joins, resolve names, lower to IR.
+
+Ordering constraints of :data:`FRONTEND`:
+
+* ``refuse_unsupported`` first: it reads the tree as the user wrote it, so a refusal names
+  the construct as written and points at it; the rewrites below lose positions and
+  spellings.
+* ``decorrelate`` before ``split_stages``: the subqueries it turns into joins with derived
+  tables are what ``split_stages`` splits off as stages.  It also records the view's
+  output names, which its rules change, for ``split_stages`` to put back.
+* ``split_stages`` last: it translates every block (running ``BLOCK``) and fills
+  ``Query.stages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlglot
+from sqlglot.errors import ParseError as SqlglotParseError
+
+from incr.compiler.frontend.decorrelate import decorrelate
+from incr.compiler.frontend.query import Query, Scope, Translation
+from incr.compiler.frontend.refuse_unsupported import refuse_unsupported
+from incr.compiler.frontend.split_stages import split_stages
+from incr.compiler.program import Program, ViewDecl, shift_lines
+from incr.errors import Location, ParseError
+
+Step = Callable[[Query], Query]
+
+FRONTEND: tuple[Step, ...] = (refuse_unsupported, decorrelate, split_stages)
+
+
+def parse_query(view: ViewDecl, program: Program) -> Query:
+    """The view's SELECT parsed in the program's dialect, positioned in the program file.
+
+    Raises:
+        ParseError: for a syntax error, at its line in the program file.
+    """
+    try:
+        tree = sqlglot.parse_one(view.select, read=program.options.dialect)
+    except SqlglotParseError as e:
+        err = e.errors[0] if e.errors else {}
+        line = view.select_line + (err.get("line") or 1) - 1
+        raise ParseError(f"view {view.name}: SQL syntax error: "
+                         f"{err.get('description') or e}", Location(program.path, line)) from e
+    shift_lines(tree, view.select_line - 1, view.select_offset)
+    return Query(Scope(view, program), tree)
+
+
+def run_frontend(q: Query, until: str | None = None) -> Query:
+    """Runs the front-end steps in order; with ``until``, stops after the step of that name."""
+    for step in FRONTEND:
+        q = step(q)
+        if step.__name__ == until:
+            break
+    return q
+
+
+def translate(view: ViewDecl, program: Program) -> Translation:
+    """Translates one view's SELECT into the IR of its stages, or raises a located compile error."""
+    q = run_frontend(parse_query(view, program))
+    assert q.stages is not None
+    return Translation(q.stages)

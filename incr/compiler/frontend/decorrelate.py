@@ -1,0 +1,169 @@
+"""Decorrelation: nested queries in WHERE and SELECT become joins with derived tables.
+
+The rewrite is sqlglot's own optimizer rules, in the order sqlglot runs them:
+``eliminate_subqueries`` turns FROM subqueries into CTEs, ``unnest_subqueries`` turns
+subqueries in WHERE and SELECT into joins with grouped derived tables (a correlated
+``x > (SELECT SUM(..) .. WHERE y.b = x.a)`` becomes a LEFT JOIN on a per-key aggregate;
+``IN`` / ``EXISTS`` a LEFT JOIN on the distinct keys with ``IS NOT NULL``), and
+``merge_subqueries`` folds simple ones back into their parent.  They need every name
+qualified, so :func:`~incr.compiler.frontend.resolve_names.qualify_names` runs first.
+
+Around them, this step:
+
+* rewrites an uncorrelated ``x NOT IN (S)`` WHERE conjunct into NOT EXISTS plus two
+  one-row counts before qualification (:func:`rewrite_not_in`; sqlglot leaves NOT IN alone,
+  and its NULL semantics need the counts);
+* turns an uncorrelated EXISTS that is still standing into ``(SELECT COUNT(*) ...) > 0``, a
+  one-row count that is crossed in;
+* drops the ``TRUE`` conjuncts unnesting leaves behind;
+* refuses what did not unnest: a correlation that is not an equality (sqlglot then builds
+  ARRAY_AGG / lambdas), and IN (subquery) anywhere but a top-level WHERE conjunct.
+
+A query with nothing nested (no subquery, CTE or set operation) is left as it is.  For a
+nested one, the view's output names are recorded first (``Query.output_names``): the rules
+rename columns, and ``split_stages`` puts the user's names back on the top stage.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+
+from incr.compiler.frontend.query import Query
+from incr.compiler.frontend.resolve_names import check_tables, output_names, qualify_names
+from incr.compiler.frontend.trees import conjuncts
+from incr.compiler.program import Program
+
+
+def decorrelate(q: Query) -> Query:
+    """Rewrites a nested query's subqueries into joins; records its output names first.
+
+    Raises:
+        CompileError: for an unknown table, or a name sqlglot cannot resolve.
+        NotIncrementalizableError: for a subquery that does not turn into a join.
+    """
+    if not nested(q.tree):
+        return q
+    from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+    from sqlglot.optimizer.merge_subqueries import merge_subqueries
+    from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
+
+    scope, tree = q.scope, q.tree
+    names = output_names(tree)
+    check_tables(scope, tree)
+    # Rewritten nodes lose their positions: refusals below point at the original ones.
+    subqueries = [n for n in tree.walk() if isinstance(n, (exp.Exists, exp.Subquery))
+                  or (isinstance(n, exp.In) and n.args.get("query") is not None)]
+    where_in = next((n for n in subqueries if isinstance(n, exp.In)), None)
+    where_sub = next((n for n in subqueries if not isinstance(n, exp.In)), None)
+    in_anchor = where_in.copy() if where_in is not None else None
+    sub_anchor = where_sub.copy() if where_sub is not None else None
+    for negation in list(tree.find_all(exp.Not)):
+        rewrite_not_in(negation, q.program)
+    try:
+        tree = qualify_names(scope, tree)
+        tree = merge_subqueries(unnest_subqueries(eliminate_subqueries(tree)))
+        # An EXISTS still standing is uncorrelated: a one-row count, crossed in.
+        exists = list(tree.find_all(exp.Exists))
+        for standing in exists:
+            count = exp.select(exp.Count(this=exp.Star()).as_("_n")).from_(exp.Subquery(
+                this=standing.this.copy(), alias=exp.TableAlias(this=exp.to_identifier("_e"))))
+            standing.replace(exp.GT(this=exp.Subquery(this=count), expression=exp.Literal.number(0)))
+        if exists:
+            tree = merge_subqueries(unnest_subqueries(tree))
+        for where in list(tree.find_all(exp.Where)):  # unnesting leaves TRUE AND ...
+            kept = [c for c in conjuncts(where.this) if not (isinstance(c, exp.Boolean) and c.this)]
+            if not kept:
+                where.pop()
+            elif len(kept) != len(conjuncts(where.this)):
+                where.set("this", exp.and_(*kept))
+    except OptimizeError as e:
+        message = re.sub(r"\. Line: \d+, Col: \d+", "", str(e))
+        raise scope.error(f"{message} (names in a nested query must resolve to a declared "
+                          f"table's column or an inner query's output)", None) from e
+    for node in tree.walk():
+        if isinstance(node, (exp.ArrayAgg, exp.Lambda)):
+            raise scope.refuse("correlated subquery whose correlation is not an equality "
+                               "(e.g. inner.x <> outer.y)", "only equality correlations "
+                               "(inner.k = outer.k) turn into joins", sub_anchor)
+        if isinstance(node, exp.In) and node.args.get("query") is not None:
+            negated = isinstance(node.parent, exp.Not)
+            raise scope.refuse(f"{'NOT ' if negated else ''}IN (subquery) in this position",
+                               "write it as NOT EXISTS (SELECT ... WHERE inner.k = outer.k), "
+                               "which has no NULL surprises" if negated else
+                               "IN (subquery) is maintained as a top-level WHERE condition",
+                               in_anchor)
+    return replace(q, tree=tree, output_names=names)
+
+
+def nested(tree: exp.Expr) -> bool:
+    """True when the query holds subqueries, CTEs or set operations (the rewrite path)."""
+    if not isinstance(tree, exp.Select) or tree.args.get("with_"):
+        return True
+    return any(isinstance(n, (exp.Select, exp.Subquery, exp.SetOperation)) and n is not tree
+               for n in tree.walk())
+
+
+def rewrite_not_in(node: exp.Not, program: Program) -> None:
+    """``x NOT IN (S)`` as a WHERE conjunct, rewritten into shapes that unnest.
+
+    SQL's NOT IN holds when S is empty, or when x is not NULL, S has no NULL and no row
+    equal to x.  As conjuncts over a derived table ``_ni`` holding S's one column ``_v``::
+
+        NOT EXISTS (SELECT 1 FROM S _ni WHERE _ni._v = x)
+        AND ((SELECT COUNT(*) FROM S _ni) = 0
+             OR (x IS NOT NULL AND (SELECT COUNT(*) FROM S _ni WHERE _ni._v IS NULL) = 0))
+
+    The NOT EXISTS becomes an anti-join and the two counts one-row inputs.  Only an
+    uncorrelated S (it reads none of the outer query's names) directly under WHERE/AND is
+    rewritten; anything else is left for the refusal in :func:`decorrelate`.  It runs
+    before qualification: the guess of :func:`correlated` reads the names as written.
+    """
+    inner = node.this.this if isinstance(node.this, exp.Paren) else node.this
+    if not (isinstance(inner, exp.In) and isinstance(inner.args.get("query"), exp.Subquery)):
+        return
+    parent = node.parent
+    while isinstance(parent, (exp.And, exp.Paren)):
+        parent = parent.parent
+    sub = inner.args["query"].this
+    if not isinstance(parent, exp.Where) or not isinstance(sub, exp.Select) \
+            or len(sub.expressions) != 1 or correlated(sub, program):
+        return
+    sub = sub.copy()
+    sub.set("expressions", [exp.alias_(sub.expressions[0].unalias(), "_v")])
+    x = inner.this
+
+    def derived(where: exp.Expr | None, select: exp.Expr) -> exp.Select:
+        q = exp.select(select).from_(exp.Subquery(this=sub.copy(), alias=exp.TableAlias(
+            this=exp.to_identifier("_ni"))))
+        return q.where(where) if where is not None else q
+
+    v = exp.column("_v", table="_ni")
+    count = exp.Count(this=exp.Star())
+    match = exp.Not(this=exp.Exists(this=derived(exp.EQ(this=v, expression=x.copy()),
+                                                 exp.Literal.number(1))))
+    empty = exp.EQ(this=exp.Subquery(this=derived(None, count.copy())),
+                   expression=exp.Literal.number(0))
+    no_null = exp.EQ(this=exp.Subquery(this=derived(exp.Is(this=v.copy(), expression=exp.Null()),
+                                                    count.copy())),
+                     expression=exp.Literal.number(0))
+    rest = exp.Or(this=empty, expression=exp.Paren(this=exp.and_(
+        exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())), no_null)))
+    node.replace(exp.Paren(this=exp.and_(match, exp.Paren(this=rest))))
+
+
+def correlated(sub: exp.Select, program: Program) -> bool:
+    """Whether a subquery reads a name from outside it (a guess made before qualification)."""
+    own = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
+    own |= {s.alias.lower() for s in sub.find_all(exp.Subquery) if s.alias}
+    columns = {c.name.lower() for t in sub.find_all(exp.Table)
+               for decl in [program.table(t.name)] if decl is not None for c in decl.columns}
+    for col in sub.find_all(exp.Column):
+        if col.table and col.table.lower() not in own:
+            return True
+        if not col.table and col.name.lower() not in columns:
+            return True
+    return False

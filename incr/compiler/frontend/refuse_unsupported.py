@@ -1,0 +1,170 @@
+"""Refuses, before anything is rewritten, the constructs that have no incremental form.
+
+Every refusal is a :class:`~incr.errors.NotIncrementalizableError` that names the construct
+and says why (and often what to write instead), located at the construct as the user wrote
+it.  The checks run on the parsed tree, before decorrelation rewrites it, for two reasons:
+the positions are still the user's, and the message can name the construct as written
+(``ROLLUP``, ``OVER``, ``random()``) rather than whatever a rewrite turned it into.
+
+Refusals that depend on where a construct sits once the query is split into stages (a
+LIMIT inside a nested query, an outer join's condition, a correlation that is not an
+equality) are made by the step that finds out: ``lower_block``, ``split_joins`` and
+``decorrelate``.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from incr.compiler.frontend.query import Query, Scope
+from incr.compiler.frontend.trees import contains_aggregate, func_name
+from incr.compiler.ir import AggCall
+from incr.compiler.scalar import CANONICAL_DIALECT, Scalar
+
+#: Function names whose value changes from one evaluation to the next.
+NON_DETERMINISTIC = frozenset({
+    "random", "rand", "randn", "uuid", "gen_random_uuid", "now", "current_timestamp",
+    "current_date", "current_time", "localtimestamp", "localtime", "get_current_time",
+    "get_current_timestamp", "today", "transaction_timestamp", "nextval", "setseed",
+    "current_timezone", "unix_timestamp", "monotonically_increasing_id", "spark_partition_id",
+    "input_file_name", "shuffle",
+})
+_NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentTimestamp,
+                            exp.CurrentDate, exp.CurrentTime, exp.CurrentDatetime)
+
+SUPPORTED_AGGREGATES = ("COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG, MIN, MAX, "
+                        "STDDEV_SAMP, STDDEV_POP, VAR_SAMP, VAR_POP")
+
+
+def refuse_unsupported(q: Query) -> Query:
+    """Raises for the first unsupported construct of the view; returns ``q`` unchanged.
+
+    In order: set operations other than UNION, a statement that is not a query, functions
+    and aggregates anywhere in the tree (:func:`check_nodes`), then each SELECT's clauses
+    (:func:`check_shape`).
+
+    Raises:
+        NotIncrementalizableError: for a construct outside the maintained class.
+        CompileError: when the view is not a SELECT at all.
+    """
+    tree = q.tree
+    for node in tree.walk():
+        if isinstance(node, (exp.Intersect, exp.Except)):
+            kind = type(node).__name__.upper()
+            raise q.scope.refuse(kind, "only UNION and UNION ALL combine queries here; "
+                                 "write INTERSECT as a join (or IN) and EXCEPT as NOT EXISTS", node)
+    if not isinstance(tree, (exp.Select, exp.Union)):
+        raise q.scope.error(f"a view must be a SELECT, found {str(tree.key).upper()}", tree)
+    check_nodes(q.scope, tree)
+    for select in tree.find_all(exp.Select):
+        check_shape(q.scope, select)
+    return q
+
+
+def check_nodes(scope: Scope, tree: exp.Expr) -> None:
+    """Functions and aggregates with no incremental form, anywhere in the query."""
+    for node in tree.walk():
+        if node is tree:
+            continue
+        if isinstance(node, exp.Window):
+            raise scope.refuse("window function (OVER ...)", "its value for a row depends "
+                               "on other rows' positions, which every batch can shift", node)
+        if isinstance(node, _NON_DETERMINISTIC_NODES) or (
+                isinstance(node, exp.Func) and func_name(node) in NON_DETERMINISTIC):
+            raise scope.refuse(f"non-deterministic function {func_name(node).upper()}()",
+                               "its value changes between batches, so no maintained "
+                               "answer could equal a recompute", node)
+        if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
+            raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
+                               "CASE inside the aggregate or into WHERE", node)
+        if isinstance(node, exp.AggFunc):
+            agg_call(scope, node)  # raises for unsupported aggregates
+
+
+def check_shape(scope: Scope, tree: exp.Select) -> None:
+    """Clauses of one SELECT that have no incremental form."""
+    distinct = tree.args.get("distinct")
+    if distinct is not None and distinct.args.get("on"):
+        raise scope.refuse("SELECT DISTINCT ON", "it keeps an arbitrary row per key; use "
+                           "GROUP BY with MIN/MAX instead", distinct)
+    for key in ("qualify", "windows", "laterals", "pivots", "connect", "prewhere", "sample"):
+        if tree.args.get(key):
+            raise scope.refuse(key.upper(), "it has no incremental form here", tree.args[key])
+    from_ = tree.args.get("from_")
+    if from_ is None:
+        raise scope.refuse("SELECT without FROM", "a view must read a declared source", tree)
+    for key, construct in (("pivots", "PIVOT"), ("sample", "TABLESAMPLE")):
+        if from_.this.args.get(key):
+            raise scope.refuse(construct, "it has no incremental form here", from_.this)
+    if isinstance(from_.this, (exp.Unnest, exp.Values)) or (
+            isinstance(from_.this, exp.Table) and isinstance(from_.this.this, exp.Func)):
+        raise scope.refuse(f"{from_.this.key.upper()} in FROM", "a view must read declared "
+                           "sources", from_.this)
+    group = tree.args.get("group")
+    if group is not None:
+        for key in ("rollup", "cube", "grouping_sets", "all"):
+            if group.args.get(key):
+                raise scope.refuse(f"GROUP BY {key.upper().replace('_', ' ')}",
+                                   "list the grouping expressions explicitly", group)
+        for node in group.expressions:  # sqlglot keeps ROLLUP (k) etc. among the keys
+            if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                kind = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE",
+                        exp.GroupingSets: "GROUPING SETS"}[type(node)]
+                raise scope.refuse(f"GROUP BY {kind}",
+                                   "list the grouping expressions explicitly", node)
+
+
+def agg_call(scope: Scope, node: exp.AggFunc) -> tuple[AggCall, exp.Expr | None]:
+    """Maps a sqlglot aggregate to an AggCall, refusing the unsupported ones.
+
+    Returns the call and its argument as written (None for ``COUNT(*)``), so that the
+    caller can check the argument's names with their positions.  ``refuse_unsupported``
+    calls this on every aggregate of the parsed tree, so that an unsupported aggregate is
+    refused by name before anything else is reported.
+
+    Raises:
+        NotIncrementalizableError: for an aggregate (or a form of one) with no monoid here.
+        CompileError: for a missing argument or a nested aggregate.
+    """
+    arg = node.this
+    distinct = isinstance(arg, exp.Distinct)
+    if distinct:
+        if len(arg.expressions) != 1:
+            raise scope.refuse(f"{node.sql(CANONICAL_DIALECT)}", "DISTINCT over several "
+                               "columns; count a single expression", node)
+        arg = arg.expressions[0]
+    if isinstance(node, exp.Count):
+        if isinstance(arg, exp.Star) or arg is None:
+            return AggCall("count_star"), None
+        func = "count_distinct" if distinct else "count"
+    elif distinct:
+        raise scope.refuse(f"{type(node).__name__.upper()}(DISTINCT ...)",
+                           "only COUNT takes DISTINCT", node)
+    elif isinstance(node, exp.Sum):
+        func = "sum"
+    elif isinstance(node, exp.Avg):
+        func = "avg"
+    elif isinstance(node, exp.Min):
+        func = "min"
+    elif isinstance(node, exp.Max):
+        func = "max"
+    elif isinstance(node, (exp.Stddev, exp.StddevSamp)):
+        func = "stddev_samp"
+    elif isinstance(node, exp.StddevPop):
+        func = "stddev_pop"
+    elif isinstance(node, exp.Variance):
+        func = "var_samp"
+    elif isinstance(node, exp.VariancePop):
+        func = "var_pop"
+    else:
+        raise scope.refuse(f"aggregate {func_name(node).upper()}",
+                           f"supported aggregates are {SUPPORTED_AGGREGATES}", node)
+    extra = [k for k, v in node.args.items() if k != "this" and v]
+    if extra and not isinstance(node, exp.Count):
+        raise scope.refuse(f"{node.sql(CANONICAL_DIALECT)}", "only single-argument "
+                           "aggregates are supported", node)
+    if arg is None:
+        raise scope.error(f"{func_name(node).upper()} needs an argument", node)
+    if contains_aggregate(arg):
+        raise scope.error(f"aggregates cannot be nested: {node.sql(CANONICAL_DIALECT)}", node)
+    return AggCall(func, Scalar.of(arg)), arg

@@ -1,0 +1,36 @@
+"""Small questions asked of sqlglot trees by several front-end steps.
+
+They live apart so that each step's module holds only its own concept; none of them
+changes a tree.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+
+def conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    """The AND-ed parts of a condition (parentheses around an AND are looked through)."""
+    node = node.unnest() if isinstance(node, exp.Paren) else node
+    if isinstance(node, exp.And):
+        return conjuncts(node.this) + conjuncts(node.expression)
+    return [node]
+
+
+def contains_aggregate(node: exp.Expr) -> bool:
+    """True when an aggregate call appears anywhere in ``node``."""
+    return any(isinstance(n, exp.AggFunc) for n in node.walk())
+
+
+def func_name(node: exp.Expr) -> str:
+    """A function's name as the user would recognise it, lower case (sqlglot's for known ones)."""
+    if isinstance(node, exp.Anonymous):
+        return str(node.this).lower()
+    if isinstance(node, exp.Func):
+        return str(node.sql_name()).lower()
+    return str(node.key).lower()
+
+
+def is_star(node: exp.Expr) -> bool:
+    """True for ``*`` and ``t.*`` in a SELECT list."""
+    return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
