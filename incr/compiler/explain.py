@@ -13,7 +13,8 @@ from incr.compiler import CompiledProgram
 from incr.compiler.plan import BUCKET, IncrementalPlan, StagePlan, StateTable, StateValue
 from incr.compiler.program import Column
 from incr.compiler.scalar import Scalar
-from incr.compiler.sqlgen import render_diffusion, render_merge, render_rows, render_stage_delta
+from incr.compiler.queries import render_stage_delta
+from incr.compiler.sqlgen import render_diffusion, render_merge, render_rows
 from incr.compiler.types import infer_type_name
 
 

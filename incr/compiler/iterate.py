@@ -34,7 +34,7 @@ import sqlglot
 from sqlglot import exp
 
 from incr.compiler.program import Column, Program, TableDecl, ViewDecl
-from incr.compiler.sqlgen import SPARK, q, render_expression
+from incr.compiler.dialect import SPARK, q, render_expression
 from incr.compiler.types import FLOAT_TYPES
 from incr.errors import CompileError, Location, NotIncrementalizableError
 

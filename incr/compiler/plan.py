@@ -24,19 +24,19 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from incr.algebra.monoids import Count, Monoid
+
+# The reserved column names (state rows' count, partition bucket, change weight) are defined
+# with the dialect and re-exported here, where the runtime and the passes read them from.
+from incr.compiler.dialect import BUCKET as BUCKET
+from incr.compiler.dialect import ROW_COUNT as ROW_COUNT
+from incr.compiler.dialect import WEIGHT as WEIGHT
 from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named, Rel, SortKey, reads_directly
 from incr.compiler.program import Column, TableDecl
+from incr.compiler.queries import render_answer, render_h, render_stage_delta
 from incr.compiler.scalar import Scalar
 
 if TYPE_CHECKING:
     from incr.compiler.iterate import Iteration
-
-#: Column holding each state row's multiplicity (rows of θ folded into it).
-ROW_COUNT = "_n"
-#: Partition column of every state table: a hash bucket of θ.
-BUCKET = "_bucket"
-#: Column of signed multiplicities in a change set (+n: n copies in, -n: n copies out).
-WEIGHT = "_w"
 
 
 @dataclass(frozen=True)
@@ -398,10 +398,11 @@ class IncrementalPlan:
             return ()
         return tuple(top.side_table(i.alias) for i in top.reads(source, derived=False))
 
-    def join_delta_sql(self, source: str, batch_view: str, side_views: dict[str, str]) -> str:
-        """Spark SQL for Δ of the top stage's input when a batch of ``source`` lands."""
-        from incr.compiler.sqlgen import render_stage_delta
+    def join_delta_sql(self, source: str, batch_view: str, side_views: dict[str, str]) -> str | None:
+        """Spark SQL for Δ of the top stage's input when a batch of ``source`` lands.
 
+        None when no branch of the top stage reads ``source``.
+        """
         top = self.top
         changed = {i.alias: (batch_view, 0) for i in top.reads(source, derived=False)}
         return render_stage_delta(top, changed, side_views)
@@ -415,15 +416,11 @@ class IncrementalPlan:
 
     def h_sql(self, table: str, batch_view: str) -> str:
         """Spark SQL computing h for ``table`` over the rows registered as ``batch_view``."""
-        from incr.compiler.sqlgen import render_h
-
         hq = next(q for q in self.h if q.table.name == table)
         return render_h(hq, batch_view)
 
     def answer_sql(self, state_views: dict[str, str]) -> str:
         """Spark SQL computing a(state) from state tables registered under ``state_views``."""
-        from incr.compiler.sqlgen import render_answer
-
         return render_answer(self.answer, state_views)
 
     @cached_property

@@ -14,7 +14,7 @@ from functools import lru_cache
 import sqlglot
 from sqlglot import exp
 
-CANONICAL_DIALECT = "duckdb"
+from incr.compiler.dialect import CANONICAL_DIALECT, render_expression
 
 
 @lru_cache(maxsize=4096)
@@ -60,9 +60,7 @@ class Scalar:
         return Scalar.of(self.tree().transform(swap, copy=False))
 
     def render(self, dialect: str) -> str:
-        """The expression as SQL text for ``dialect`` (see :mod:`incr.compiler.sqlgen`)."""
-        from incr.compiler.sqlgen import render_expression
-
+        """The expression as SQL text for ``dialect`` (see :mod:`incr.compiler.dialect`)."""
         return render_expression(self.tree(), dialect)
 
     def __str__(self) -> str:
