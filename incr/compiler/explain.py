@@ -12,8 +12,8 @@ from incr.algebra.monoids import Count, Max, Min, Moments, Sum
 from incr.compiler import CompiledProgram
 from incr.compiler.plan import BUCKET, IncrementalPlan, StagePlan, StateTable, StateValue
 from incr.compiler.program import Column
-from incr.compiler.scalar import Scalar
 from incr.compiler.queries import render_stage_delta
+from incr.compiler.scalar import Scalar
 from incr.compiler.sqlgen import render_diffusion, render_merge, render_rows
 from incr.compiler.types import infer_type_name
 
@@ -32,8 +32,7 @@ def explain_program(compiled: CompiledProgram) -> str:
 
 def explain_plan(plan: IncrementalPlan) -> str:
     """The explanation of one view: each stage, producers first, then the answer."""
-    out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, "
-                      f"answer {plan.answer_fingerprint})"]
+    out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, answer {plan.answer_fingerprint})"]
     out.append(_section("query", plan.select.strip()))
     if len(plan.stages) > 1:
         flow = " → ".join(s.name or plan.view for s in plan.stages)
@@ -121,8 +120,8 @@ def _section(title: str, body: str) -> str:
 
 def _schema(table: StateTable, plan: IncrementalPlan, stage: StagePlan) -> str:
     hashed = ", ".join(table.bucket_columns) if table.side_of else "θ"
-    rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), "
-            f"{stage.buckets if table.keys else 1})"]
+    buckets = stage.buckets if table.keys else 1
+    rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), {buckets})"]
     for k in table.keys:
         expr = Scalar.column(k.name) if table.side_of else k.expr  # side keys: joined names
         rows.append(f"{k.name:<14} {infer_type(expr, stage.source, stage.source_columns):<10} key: {k.expr}")
@@ -153,5 +152,5 @@ def _value_types(v: StateValue, stage: StagePlan) -> tuple[str, ...]:
 
 
 def infer_type(expr: Scalar, table: str, columns: tuple[Column, ...]) -> str:
-    """sqlglot's type for ``expr`` over the declared source columns."""
+    """The type sqlglot infers for ``expr`` over the declared source columns."""
     return infer_type_name(expr.sql, table, tuple((c.name, str(c.type)) for c in columns))

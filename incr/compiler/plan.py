@@ -51,6 +51,7 @@ class StateValue:
     arg: Scalar | None
 
     def describe(self) -> str:
+        """One line for ``incr explain``: columns, monoid and what it folds."""
         what = "rows" if self.arg is None else str(self.arg)
         return f"{', '.join(self.columns)}: {self.monoid.name} of {what}"
 
@@ -211,11 +212,11 @@ class StagePlan:
 
     @property
     def linear(self) -> bool:
-        """True when the output is a bag of per-row projections of the input (no aggregate,
-        DISTINCT, HAVING, ORDER BY or LIMIT).
+        """True when the output is a bag of per-row projections of the input.
 
-        The output is then a homomorphism of the input bag: a batch's output change is h of
-        Δ itself (rows gained minus rows lost), whatever the stage held before.
+        That is: no aggregate, DISTINCT, HAVING, ORDER BY or LIMIT.  The output is then a
+        homomorphism of the input bag: a batch's output change is h of Δ itself (rows gained
+        minus rows lost), whatever the stage held before.
         """
         a = self.answer
         mains = self.main_tables
@@ -271,6 +272,7 @@ class IncrementalPlan:
 
     @property
     def top(self) -> StagePlan:
+        """The view's own stage (the last one); the properties below without a stage in their name are its."""
         return self.stages[-1]
 
     @property
@@ -280,54 +282,67 @@ class IncrementalPlan:
 
     @property
     def tables(self) -> tuple[StateTable, ...]:
+        """Every state table of every stage, producers first."""
         return tuple(t for s in self.stages for t in s.tables)
 
     @property
     def h(self) -> tuple[HQuery, ...]:
+        """The h queries of every state table of every stage."""
         return tuple(q for s in self.stages for q in s.h)
 
     @property
     def merge(self) -> tuple[MergeSpec, ...]:
+        """⊗ of every state table of every stage."""
         return tuple(m for s in self.stages for m in s.merge)
 
     @property
     def diminish(self) -> tuple[MergeSpec, ...]:
+        """⊗̃ of every state table (of every stage) that has one."""
         return tuple(m for s in self.stages for m in s.diminish)
 
     @property
     def diffuse(self) -> tuple[DiffusionSpec, ...]:
+        """⊗̂ of every state table of every stage."""
         return tuple(m for s in self.stages for m in s.diffuse)
 
     @property
     def answer(self) -> Answer:
+        """a: the answer query over the top stage's state."""
         return self.top.answer
 
     @property
     def lineage(self) -> tuple[Named, ...]:
+        """The top stage's lineage key θ (empty for a global aggregate)."""
         return self.top.lineage
 
     @property
     def output(self) -> tuple[str, ...]:
+        """The view's column names, in order."""
         return self.top.output
 
     @property
     def buckets(self) -> int:
+        """Hash buckets per state table of the top stage."""
         return self.top.buckets
 
     @property
     def source(self) -> str:
+        """The top stage's source: a declared table, or the joined relation's name."""
         return self.top.source
 
     @property
     def source_columns(self) -> tuple[Column, ...]:
+        """The columns of the top stage's source."""
         return self.top.source_columns
 
     @property
     def append_only(self) -> bool:
+        """True when the top stage's source takes inserts only."""
         return self.top.append_only
 
     @property
     def logical(self) -> Rel:
+        """The top stage's normalized IR."""
         return self.top.logical
 
     @property
@@ -342,6 +357,7 @@ class IncrementalPlan:
         return self.top.main_tables
 
     def stage(self, name: str) -> StagePlan:
+        """The stage called ``name`` ("" for the top stage)."""
         return next(s for s in self.stages if s.name == name)
 
     def stage_of(self, table: str) -> StagePlan:

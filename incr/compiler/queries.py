@@ -34,7 +34,7 @@ def bucket_expression(columns: tuple[str, ...], buckets: int) -> str:
 
 
 def render_h(hq: HQuery, batch_view: str) -> str:
-    """h for one state table over the batch registered as ``batch_view``."""
+    """The fold h of one state table over the batch registered as ``batch_view``."""
     table = hq.table
     inner: list[str] = [f"{k.expr.render(SPARK)} AS {q(k.name)}" for k in table.keys]
     if table.value_key is not None:
@@ -166,9 +166,9 @@ def _branch_term(branch: Branch, subset: set[str], changed: dict[str, tuple[str,
         exprs.update({c: f"CAST(NULL AS {types[c]})" for c in inp.flat_columns if c in types})
     # The stage's column order, so that the branches of a UNION ALL line up.
     names = [c for c in order if c in exprs] if branch.project is None else list(exprs)
-    columns = [f"{exprs[c]} AS {q(c)}" for c in names]
+    selected = [f"{exprs[c]} AS {q(c)}" for c in names]
     weight = " * ".join(weights)
-    inner = f"SELECT {', '.join(columns + [f'CAST({weight} AS BIGINT) AS {q(WEIGHT)}'])}\n{sql}"
+    inner = f"SELECT {', '.join(selected + [f'CAST({weight} AS BIGINT) AS {q(WEIGHT)}'])}\n{sql}"
     if branch.project is None and branch.where is None:
         return inner
     if branch.project is not None:

@@ -125,3 +125,23 @@ def test_the_dialect_module_is_a_leaf() -> None:
     assert eager == set()
     for module in ("incr.compiler.plan", "incr.compiler.queries", "incr.compiler.scalar"):
         assert "incr.compiler.sqlgen" not in _imports(module, _modules()[module])[0]
+
+
+def test_the_core_imports_no_optional_extra_at_module_level() -> None:
+    """apache-airflow and matplotlib are extras (pyproject): the core must load without them."""
+    core = [ROOT / "incr" / "cli.py", ROOT / "incr" / "errors.py", ROOT / "incr" / "oracle.py",
+            *sorted((ROOT / "incr" / "compiler").rglob("*.py")),
+            *sorted((ROOT / "incr" / "algebra").rglob("*.py")),
+            *sorted((ROOT / "incr" / "runtime").rglob("*.py"))]
+    found = []
+    for path in core:
+        for node in ast.parse(path.read_text(), str(path)).body:  # module level only
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
+                      if n.split(".")[0] in ("airflow", "matplotlib")]
+    assert not found, found
