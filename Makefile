@@ -1,4 +1,4 @@
-# incr — the two front-door commands are `make demo` and `make test`.
+# incr — the two front-door commands are `make demo` and `make test` (`make lint` for the linters).
 # Everything is installed into .venv from requirements.lock (exact versions); nothing else
 # is assumed on the machine but Python 3.11 and Java 17.
 
@@ -7,7 +7,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test soak tpch demo explain bench clean
+.PHONY: install test lint soak tpch demo explain bench clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 is required for Spark (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
@@ -22,6 +22,12 @@ install: $(STAMP)
 
 test: install
 	$(BIN)/pytest -m "not slow"
+
+# ruff over the whole repository, mypy over incr/compiler and incr/algebra (both configured in
+# pyproject.toml).  Separate from `test`: CI runs both, a test run does not wait on the linters.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 soak: install
 	INCR_EQUIV_EXAMPLES=150 $(BIN)/pytest tests/runtime/test_equivalence.py tests/runtime/test_equivalence_nested.py

@@ -26,6 +26,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 Element = tuple[Any, ...]
 
 
@@ -96,24 +98,31 @@ class Count(Monoid):
 
     name = "count(+)"
 
+    @override
     def identity(self) -> Element:
         return (0,)
 
+    @override
     def combine(self, x: Element, y: Element) -> Element:
         return (x[0] + y[0],)
 
+    @override
     def diminish(self, x: Element, y: Element) -> Element:
         return (x[0] - y[0],)
 
+    @override
     def lift(self, value: Any) -> Element:
         return (0 if value is None else 1,)
 
+    @override
     def spark_fold(self, arg: str | None) -> tuple[str, ...]:
         return (f"count({arg if arg is not None else '*'})",)
 
+    @override
     def sql_combine(self, t: Sequence[str], s: Sequence[str]) -> tuple[str, ...]:
         return (f"{t[0]} + {s[0]}",)
 
+    @override
     def sql_diminish(self, t: Sequence[str], s: Sequence[str]) -> tuple[str, ...]:
         return (f"{t[0]} - {s[0]}",)
 
@@ -127,24 +136,31 @@ class Sum(Monoid):
 
     name = "sum(+)"
 
+    @override
     def identity(self) -> Element:
         return (0,)
 
+    @override
     def combine(self, x: Element, y: Element) -> Element:
         return (x[0] + y[0],)
 
+    @override
     def diminish(self, x: Element, y: Element) -> Element:
         return (x[0] - y[0],)
 
+    @override
     def lift(self, value: Any) -> Element:
         return (0 if value is None else value,)
 
+    @override
     def spark_fold(self, arg: str | None) -> tuple[str, ...]:
         return (f"coalesce(sum({arg}), 0)",)
 
+    @override
     def sql_combine(self, t: Sequence[str], s: Sequence[str]) -> tuple[str, ...]:
         return (f"{t[0]} + {s[0]}",)
 
+    @override
     def sql_diminish(self, t: Sequence[str], s: Sequence[str]) -> tuple[str, ...]:
         return (f"{t[0]} - {s[0]}",)
 
@@ -155,9 +171,11 @@ class _Extremum(Monoid):
     has_inverse = False
     _better: ClassVar[str]
 
+    @override
     def identity(self) -> Element:
         return (None,)
 
+    @override
     def combine(self, x: Element, y: Element) -> Element:
         a, b = x[0], y[0]
         if a is None:
@@ -169,15 +187,18 @@ class _Extremum(Monoid):
     @abstractmethod
     def _pick(self, a: Any, b: Any) -> Any: ...
 
+    @override
     def lift(self, value: Any) -> Element:
         return (value,)
 
+    @override
     def spark_fold(self, arg: str | None) -> tuple[str, ...]:
         return (f"{self.name}({arg})",)
 
+    @override
     def sql_combine(self, t: Sequence[str], s: Sequence[str]) -> tuple[str, ...]:
-        return (f"CASE WHEN {t[0]} IS NULL THEN {s[0]} WHEN {s[0]} IS NULL THEN {t[0]} "
-                f"WHEN {s[0]} {self._better} {t[0]} THEN {s[0]} ELSE {t[0]} END",)
+        return ((f"CASE WHEN {t[0]} IS NULL THEN {s[0]} WHEN {s[0]} IS NULL THEN {t[0]} "
+                 f"WHEN {s[0]} {self._better} {t[0]} THEN {s[0]} ELSE {t[0]} END"),)
 
 
 class Min(_Extremum):
@@ -211,9 +232,11 @@ class Moments(Monoid):
     name = "moments(n,mean,m2)"
     parts = ("n", "mean", "m2")
 
+    @override
     def identity(self) -> Element:
         return (0, 0.0, 0.0)
 
+    @override
     def combine(self, x: Element, y: Element) -> Element:
         na, ma, qa = x
         nb, mb, qb = y
@@ -223,6 +246,7 @@ class Moments(Monoid):
         delta = mb - ma
         return (n, ma + delta * nb / n, qa + qb + delta * delta * na * nb / n)
 
+    @override
     def diminish(self, x: Element, y: Element) -> Element:
         n, m, q = x
         nb, mb, qb = y
@@ -232,36 +256,40 @@ class Moments(Monoid):
         delta = mb - m
         return (na, m - delta * nb / na, q - qb - delta * delta * n * nb / na)
 
+    @override
     def lift(self, value: Any) -> Element:
         return (0, 0.0, 0.0) if value is None else (1, float(value), 0.0)
 
+    @override
     def spark_fold(self, arg: str | None) -> tuple[str, ...]:
         x = f"CAST({arg} AS DOUBLE)"
         return (f"count({arg})", f"coalesce(avg({x}), CAST(0 AS DOUBLE))",
                 f"coalesce(var_pop({x}) * count({arg}), CAST(0 AS DOUBLE))")
 
+    @override
     def sql_combine(self, t: Sequence[str], s: Sequence[str]) -> tuple[str, ...]:
         (tn, tm, tq), (sn, sm, sq) = t, s
         n = f"({tn} + {sn})"
         delta = f"({sm} - {tm})"
         return (
             f"{tn} + {sn}",
-            f"CASE WHEN {n} = 0 THEN CAST(0 AS DOUBLE) "
-            f"ELSE {tm} + {delta} * CAST({sn} AS DOUBLE) / CAST({n} AS DOUBLE) END",
-            f"CASE WHEN {n} = 0 THEN CAST(0 AS DOUBLE) ELSE {tq} + {sq} + {delta} * {delta} "
-            f"* CAST({tn} AS DOUBLE) * CAST({sn} AS DOUBLE) / CAST({n} AS DOUBLE) END",
+            (f"CASE WHEN {n} = 0 THEN CAST(0 AS DOUBLE) "
+             f"ELSE {tm} + {delta} * CAST({sn} AS DOUBLE) / CAST({n} AS DOUBLE) END"),
+            (f"CASE WHEN {n} = 0 THEN CAST(0 AS DOUBLE) ELSE {tq} + {sq} + {delta} * {delta} "
+             f"* CAST({tn} AS DOUBLE) * CAST({sn} AS DOUBLE) / CAST({n} AS DOUBLE) END"),
         )
 
+    @override
     def sql_diminish(self, t: Sequence[str], s: Sequence[str]) -> tuple[str, ...]:
         (tn, tm, tq), (sn, sm, sq) = t, s
         na = f"({tn} - {sn})"
         delta = f"({sm} - {tm})"
         return (
             f"{tn} - {sn}",
-            f"CASE WHEN {na} = 0 THEN CAST(0 AS DOUBLE) "
-            f"ELSE {tm} - {delta} * CAST({sn} AS DOUBLE) / CAST({na} AS DOUBLE) END",
-            f"CASE WHEN {na} = 0 THEN CAST(0 AS DOUBLE) ELSE {tq} - {sq} - {delta} * {delta} "
-            f"* CAST({tn} AS DOUBLE) * CAST({sn} AS DOUBLE) / CAST({na} AS DOUBLE) END",
+            (f"CASE WHEN {na} = 0 THEN CAST(0 AS DOUBLE) "
+             f"ELSE {tm} - {delta} * CAST({sn} AS DOUBLE) / CAST({na} AS DOUBLE) END"),
+            (f"CASE WHEN {na} = 0 THEN CAST(0 AS DOUBLE) ELSE {tq} - {sq} - {delta} * {delta} "
+             f"* CAST({tn} AS DOUBLE) * CAST({sn} AS DOUBLE) / CAST({na} AS DOUBLE) END"),
         )
 
 

@@ -10,10 +10,10 @@ increment is profiled (:mod:`~incr.bench.profile`).
 Benchmarks: ``groupby`` (``SELECT x, AVG(y) FROM S GROUP BY x``) and ``joingroupby`` (the §2
 query over two streams).  ``kmeans`` and ``pagerank`` (the iterative views of
 ``sql/examples``) have their own harness, :mod:`~incr.bench.iterative` (incr against a
-from-scratch run per batch, and the error against the exact answer).  ``--deletes`` (or the names ``groupby-deletes`` and
-``joingroupby-deletes``) makes every third increment a delete batch; ``--append-only``
-declares the streams insert-only (header option ``append_only``: no row index), to measure
-what that declaration saves.
+from-scratch run per batch, and the error against the exact answer).  ``--deletes`` (or
+the names ``groupby-deletes`` and ``joingroupby-deletes``) makes every third increment a
+delete batch; ``--append-only`` declares the streams insert-only (header option
+``append_only``: no row index), to measure what that declaration saves.
 
 Outputs in ``--out DIR``, for ``LABEL`` = the name (plus ``-deletes`` / ``-append-only``):
 
@@ -168,8 +168,8 @@ def summary(rows: list[IncrementRow]) -> dict[str, dict]:
 def _summary_lines(summ: dict[str, dict]) -> list[str]:
     lines = []
     for size, s in summ.items():
-        peer = f", peer/incr {s['peer_over_incr']}× (incr faster on " \
-               f"{s['increments_faster_than_peer']} increments)" if s["peer_over_incr"] else ""
+        peer = (f", peer/incr {s['peer_over_incr']}× (incr faster on "
+                f"{s['increments_faster_than_peer']} increments)") if s["peer_over_incr"] else ""
         lines.append(f"size {size}: increment {s['last_increment']}: recompute/incr "
                      f"{s['recompute_over_incr']}×{peer}, incr/floor {s['incr_over_floor']}×, "
                      f"last/first increment {s['last_over_first']}×")

@@ -386,9 +386,11 @@ def inertia(points: np.ndarray, centroids: np.ndarray) -> float:
 
 
 def match_shift(a: np.ndarray, b: np.ndarray) -> float:
-    """The largest distance between matched centroids of ``a`` and ``b``, matched by the
-    pairing with the least total distance (every pairing up to 8 centroids, else greedy);
-    inf when the counts differ."""
+    """The largest distance between matched centroids of ``a`` and ``b``.
+
+    Centroids are matched by the pairing with the least total distance (every pairing up
+    to 8 centroids, else greedy); inf when the counts differ.
+    """
     if len(a) != len(b):
         return float("inf")
     if len(a) == 0:
@@ -759,7 +761,8 @@ def run_iterative(name: str, out: Path, initial: int | None = None,
                   deletes: bool = False, nodes: int | None = None,
                   new_nodes: int | None = None, recompute: bool = True, check: bool = False,
                   keep_work: bool = False, warm_up: bool = True, iterations: int | None = None,
-                  tolerance: float | None = None, spark: SparkSession | None = None, log: TextIO | None = sys.stdout,
+                  tolerance: float | None = None, spark: SparkSession | None = None,
+                  log: TextIO | None = sys.stdout,
                   command: str | None = None) -> int:
     """Runs ``kmeans`` or ``pagerank`` (``pagerank-deletes``) for every size; writes the outputs.
 
@@ -868,8 +871,10 @@ def _data_note(base: str, deletes: bool) -> str:
 
 def iterative_title(label: str, rows: list[dict[str, object]], iterations: int,
                     tolerance: float) -> str:
-    """The figure's title: the program (with the ITERATIONS and TOLERANCE run), the data and
-    how to read it."""
+    """The figure's title.
+
+    The program (with the ITERATIONS and TOLERANCE run), the data and how to read it.
+    """
     first = rows[0]
     loop = f"ITERATIONS {iterations}" + (f", TOLERANCE {tolerance:g}" if tolerance else "")
     if label.startswith("kmeans"):

@@ -43,8 +43,11 @@ def _java() -> str | None:
 
 
 def machine_info(spark: SparkSession) -> dict:
-    """CPU count and model, memory, Java, Spark, Python, OS, the Spark settings that matter,
-    and the load average (another workload on the machine shows up there)."""
+    """What the numbers were measured on.
+
+    CPU count and model, memory, Java, Spark, Python, OS, the Spark settings that matter,
+    and the load average (another workload on the machine shows up there).
+    """
     conf = spark.sparkContext.getConf()
     return {
         "nproc": os.cpu_count(),

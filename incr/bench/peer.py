@@ -92,7 +92,7 @@ class StreamingPeer:
         elapsed = time.perf_counter() - t0
         if query.exception() is not None:
             raise RuntimeError(f"the Structured Streaming peer failed: {query.exception()}")
-        self.progress = [p for p in (query.recentProgress or [])]
+        self.progress = list(query.recentProgress or [])
         return elapsed
 
     def _start(self):

@@ -142,8 +142,12 @@ def spark_job_costs(spark: SparkSession) -> tuple[float, float]:
     """Median seconds of a trivial one-stage Spark job and of a small two-stage (shuffle) job."""
     from pyspark.sql import functions as F
 
-    one = lambda: spark.range(0, 1, 1, 1).toArrow()
-    two = lambda: spark.range(0, 100, 1, 2).groupBy(F.col("id") % 7).count().toArrow()
+    def one() -> object:
+        return spark.range(0, 1, 1, 1).toArrow()
+
+    def two() -> object:
+        return spark.range(0, 100, 1, 2).groupBy(F.col("id") % 7).count().toArrow()
+
     one(), two()  # warm up
     return _median_seconds(one), _median_seconds(two)
 

@@ -26,8 +26,11 @@ HEADER = ("| run | initial rows | size | incr s (inc 1 → last) | recompute s (
 
 
 def _drift(incs: list[IncrementRow]) -> float:
-    """Median incr time of the later insert increments over the earlier ones (noise-robust
-    flatness: single increments vary by ±30% on a shared machine; deletes are left out)."""
+    """Median incr time of the later insert increments over the earlier ones.
+
+    A noise-robust flatness: single increments vary by ±30% on a shared machine; deletes
+    are left out.
+    """
     inserts = [r.incremental_s for r in incs if r.kind == "insert"]
     half = len(inserts) // 2
     if half == 0:

@@ -84,8 +84,11 @@ def _ratio(a: float | None, b: float | None) -> float:
 
 
 def cell(value: object, general: bool = False) -> str:
-    """A CSV cell: None and NaN empty, floats to 4 decimals (``general``: outside [1e-3, 1e6)
-    in ``%g`` form, so tiny errors keep their digits)."""
+    """A CSV cell: None and NaN empty, floats to 4 decimals.
+
+    With ``general``, floats outside [1e-3, 1e6) are in ``%g`` form, so tiny errors keep
+    their digits.
+    """
     if value is None:
         return ""
     if isinstance(value, float):

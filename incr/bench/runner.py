@@ -54,7 +54,7 @@ class Series:
 
 
 def _breakdown(report: RunReport) -> dict[str, float]:
-    """incr's own timings of a run, summed over its batches and views."""
+    """The timings incr itself reports for a run, summed over its batches and views."""
     out = {"read_s": 0.0, "index_s": 0.0, "h_s": 0.0, "merge_s": 0.0, "answer_s": 0.0}
     answer_rows = 0
     for b in report.applied:
@@ -149,8 +149,11 @@ def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, 
 
 def _profile_extra(spark: SparkSession, pipeline, step: Increment,
                    seq: dict[str, int]) -> tuple[Profile, dict[str, dict[str, float]]]:
-    """Applies ``step`` under the tracing profile; also returns incr's per-state-table
-    timings of it (h seconds, MERGE seconds, rows of h), summed over the step's batches."""
+    """Applies ``step`` under the tracing profile.
+
+    Also returns incr's per-state-table timings of it (h seconds, MERGE seconds, rows of
+    h), summed over the step's batches.
+    """
     upto = max(seq[p] for p in step.files.values())
     report, profile = profile_run(spark, lambda: pipeline.run(through=upto))
     if report.rejected is not None:

@@ -48,8 +48,11 @@ class Workload:
         return self.name
 
     def program_text(self, append_only: bool = False) -> str:
-        """The program; with ``append_only`` its streams are declared insert-only (header
-        option ``append_only``): no row index, plain monoids, delete batches refused."""
+        """The program's text.
+
+        With ``append_only`` its streams are declared insert-only (header option
+        ``append_only``): no row index, plain monoids, delete batches refused.
+        """
         if not append_only:
             return self.program
         tables = ", ".join(s.table for s in self.streams)

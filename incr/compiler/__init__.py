@@ -27,6 +27,7 @@ class CompiledProgram:
 
     @property
     def name(self) -> str:
+        """The program's name."""
         return self.program.name
 
     def plan(self, view: str) -> IncrementalPlan:
@@ -88,7 +89,7 @@ def compile_view(program: Program, view: ViewDecl) -> IncrementalPlan:
     landed = tuple(s for s in sources if iteration is None or s.lower() != view.name.lower())
     return IncrementalPlan(program=program.name, view=view.name, select=written.select,
                            stages=stages, sources=landed,
-                           source_tables=tuple(program.table(s) for s in sources),
+                           source_tables=tuple(program.declared(s) for s in sources),
                            iteration=iteration)
 
 

@@ -1,14 +1,17 @@
 """``incr explain``: a plan as a readable tree, without running anything.
 
 For each view: the query, its normalized IR, the lineage key θ, every state table with
-column types and monoids, h (Spark SQL), ⊗ and ⊗̃ (MERGE), ⊗̂ (diffusion), every query
-the runtime runs to fold a batch (the signed batch, touched keys, old, new, changed and
-live rows, ⊗= and the output change handed on), and a (Spark SQL); for an iterative view
-also ΔX and X ⊕ ΔX.  Nothing runs that is not printed here.  Column types come from sqlglot's type annotation over the declared source schema;
-Spark's own result types decide the stored schema, and agree for the declared types.
+column types and monoids, h (Spark SQL), ⊗ and ⊗̃ (MERGE), ⊗̂ (diffusion), every
+query the runtime runs to fold a batch (the signed batch, touched keys, old, new, changed
+and live rows, ⊗= and the output change handed on), and a (Spark SQL); for an iterative
+view also ΔX and X ⊕ ΔX.  Nothing runs that is not printed here.  Column types come from
+sqlglot's type annotation over the declared source schema; Spark's own result types decide
+the stored schema, and agree for the declared types.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from incr.algebra.monoids import Count, Max, Min, Moments, Sum
 from incr.compiler import CompiledProgram
@@ -22,6 +25,7 @@ from incr.compiler.iterate import (
 )
 from incr.compiler.plan import BUCKET, IncrementalPlan, StagePlan, StateTable, StateValue
 from incr.compiler.program import Column
+from incr.compiler.queries import render_stage_delta
 from incr.compiler.scalar import Scalar
 from incr.compiler.sqlgen import (
     render_all,
@@ -35,7 +39,6 @@ from incr.compiler.sqlgen import (
     render_output_change,
     render_rows,
     render_signed,
-    render_stage_delta,
     render_touched_keys,
 )
 from incr.compiler.types import infer_type_name
@@ -55,8 +58,7 @@ def explain_program(compiled: CompiledProgram) -> str:
 
 def explain_plan(plan: IncrementalPlan) -> str:
     """The explanation of one view: each stage, producers first, then the answer."""
-    out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, "
-                      f"answer {plan.answer_fingerprint})"]
+    out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, answer {plan.answer_fingerprint})"]
     out.append(_section("query", plan.select.strip()))
     if len(plan.stages) > 1:
         flow = " → ".join(s.name or plan.view for s in plan.stages)
@@ -153,9 +155,13 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
     return out
 
 
-def _combine_steps(plan: IncrementalPlan, stage: StagePlan, title) -> list[str]:
-    """The queries of the combine strategy: a stage that hands on its changes, or whose Δ
-    has both signs, computes its touched rows as a query and replaces them (⊗=)."""
+def _combine_steps(plan: IncrementalPlan, stage: StagePlan,
+                   title: Callable[[str], str]) -> list[str]:
+    """The queries of the combine strategy.
+
+    A stage that hands on its changes, or whose Δ has both signs, computes its touched rows
+    as a query and replaces them (⊗=).
+    """
     out = [_section(title("Δ⁺ / Δ⁻ rows (one row per copy)"),
                     render_explode("Δ", True) + "\n-- Δ⁻: the same with _w < 0")]
     diffusions = {s.table: s for s in stage.diffuse}
@@ -191,8 +197,8 @@ def _section(title: str, body: str) -> str:
 
 def _schema(table: StateTable, plan: IncrementalPlan, stage: StagePlan) -> str:
     hashed = ", ".join(table.bucket_columns) if table.side_of else "θ"
-    rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), "
-            f"{stage.buckets_of(table.name)})"]
+    buckets = stage.buckets_of(table.name)
+    rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), {buckets})"]
     for k in table.keys:
         expr = Scalar.column(k.name) if table.side_of else k.expr  # side keys: joined names
         rows.append(f"{k.name:<14} {infer_type(expr, stage.source, stage.source_columns):<10} key: {k.expr}")
@@ -223,5 +229,5 @@ def _value_types(v: StateValue, stage: StagePlan) -> tuple[str, ...]:
 
 
 def infer_type(expr: Scalar, table: str, columns: tuple[Column, ...]) -> str:
-    """sqlglot's type for ``expr`` over the declared source columns."""
+    """The type sqlglot infers for ``expr`` over the declared source columns."""
     return infer_type_name(expr.sql, table, tuple((c.name, str(c.type)) for c in columns))

@@ -17,7 +17,10 @@ Operators (children first):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from typing_extensions import override
 
 from incr.compiler.scalar import Scalar
 
@@ -99,7 +102,7 @@ class Rel:
             lines.append(child.pretty(indent + 1))
         return "\n".join(lines)
 
-    def walk(self):
+    def walk(self) -> Iterator[Rel]:
         """Yields this node and its descendants, parents first."""
         yield self
         for child in self.children():
@@ -108,28 +111,37 @@ class Rel:
 
 @dataclass(frozen=True)
 class Source(Rel):
+    """A scan of declared table (or stage) ``table``, reading ``columns``."""
+
     table: str
     columns: tuple[str, ...]
 
+    @override
     def label(self) -> str:
         return f"Source {self.table}({', '.join(self.columns)})"
 
 
 @dataclass(frozen=True)
 class Filter(Rel):
+    """The rows of ``child`` for which ``predicate`` is true."""
+
     child: Rel
     predicate: Scalar
 
+    @override
     def label(self) -> str:
         return f"Filter {self.predicate}"
 
 
 @dataclass(frozen=True)
 class Aggregate(Rel):
+    """GROUP BY ``keys`` (none: one global group) computing ``aggs``."""
+
     child: Rel
     keys: tuple[Named, ...]
     aggs: tuple[NamedAgg, ...]
 
+    @override
     def label(self) -> str:
         keys = ", ".join(map(str, self.keys)) or "()"
         return f"Aggregate keys=[{keys}] aggs=[{', '.join(map(str, self.aggs))}]"
@@ -137,37 +149,49 @@ class Aggregate(Rel):
 
 @dataclass(frozen=True)
 class Explode(Rel):
+    """Each row of ``child`` repeated by the value of its column ``multiplicity``."""
+
     child: Rel
     multiplicity: str
 
+    @override
     def label(self) -> str:
         return f"Explode ×{self.multiplicity}"
 
 
 @dataclass(frozen=True)
 class Project(Rel):
+    """The expressions ``exprs`` of each row of ``child``."""
+
     child: Rel
     exprs: tuple[Named, ...]
 
+    @override
     def label(self) -> str:
         return f"Project {', '.join(map(str, self.exprs))}"
 
 
 @dataclass(frozen=True)
 class Sort(Rel):
+    """``child``'s rows ordered by ``keys``."""
+
     child: Rel
     keys: tuple[SortKey, ...]
 
+    @override
     def label(self) -> str:
         return f"Sort {', '.join(map(str, self.keys))}"
 
 
 @dataclass(frozen=True)
 class Limit(Rel):
+    """At most ``count`` rows of ``child`` (None: all) after skipping ``offset``."""
+
     child: Rel
     count: int | None
     offset: int = 0
 
+    @override
     def label(self) -> str:
         return f"Limit {self.count if self.count is not None else 'ALL'} OFFSET {self.offset}"
 
@@ -193,13 +217,16 @@ class JoinInput:
 
     @property
     def flat_columns(self) -> tuple[str, ...]:
+        """The joined relation's names of the columns the view reads, in order."""
         return tuple(self.flat(c) for c in self.columns)
 
 
 @dataclass(frozen=True)
 class AntiJoin:
-    """An input that only removes rows: a row of the others passes when no row of ``input``
-    passing ``filter`` matches it on every pair ``(other column, input column)``.
+    """An input that only removes rows.
+
+    A row of the others passes when no row of ``input`` passing ``filter`` matches it on
+    every pair ``(other column, input column)``.
 
     This is the unmatched part of an outer join (and NOT EXISTS).  It is maintained as a
     join with Z, the set of key values that have no matching row: when a batch makes a key's
@@ -285,8 +312,10 @@ class Branch:
 
 
 def reads_directly(branches: tuple[Branch, ...]) -> bool:
-    """True when a stage's input is one input with no join, anti-join, projection or padding:
-    h then runs on that input's batches (or its producer's output changes) as they are."""
+    """True when a stage's input is one input with no join, anti-join, projection or padding.
+
+    h then runs on that input's batches (or its producer's output changes) as they are.
+    """
     if len(branches) != 1:
         return False
     b = branches[0]

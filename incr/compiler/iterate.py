@@ -33,9 +33,8 @@ from dataclasses import dataclass, replace
 import sqlglot
 from sqlglot import exp
 
-from incr.compiler.plan import WEIGHT
+from incr.compiler.dialect import SPARK, WEIGHT, q, render_expression
 from incr.compiler.program import Column, Program, TableDecl, ViewDecl
-from incr.compiler.sqlgen import SPARK, q, render_expression
 from incr.compiler.types import FLOAT_TYPES, spark_type_name
 from incr.errors import CompileError, Location, NotIncrementalizableError
 
@@ -72,6 +71,7 @@ class Iteration:
 
     @property
     def key(self) -> str:
+        """The iterate's key column: the first of the view's column list."""
         return self.columns[0].name
 
 
@@ -109,12 +109,16 @@ def typed_sql(iteration: Iteration, sql: str) -> str:
 
 def initial_dx_sql(iteration: Iteration) -> str:
     """The first ΔX: INITIAL's rows, each inserted once (its sources are ``INITIAL_SOURCE*``)."""
-    return f"SELECT *, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM ({typed_sql(iteration, iteration.initial)}) AS _x0"
+    typed = typed_sql(iteration, iteration.initial)
+    return f"SELECT *, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM ({typed}) AS _x0"
 
 
 def dx_sql(iteration: Iteration, new: str, old: str) -> str:
-    """ΔX = ``new`` ⊖ ``old``: rows of the next iterate no old row stands for (+1) and the old
-    rows they replace (-1), where "stands for" is :func:`same_row_sql` (TOLERANCE)."""
+    """ΔX = ``new`` ⊖ ``old``, the diffusion's frontier.
+
+    Rows of the next iterate no old row stands for (+1) and the old rows they replace (-1),
+    where "stands for" is :func:`same_row_sql` (TOLERANCE).
+    """
     same = same_row_sql(iteration, "n", "o")
     return (f"SELECT n.*, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM {new} n "
             f"LEFT ANTI JOIN {old} o ON {same}\nUNION ALL\n"
@@ -157,8 +161,10 @@ def lookup_pairs_sql(iteration: Iteration, lookups: tuple[Lookup, ...], batch: s
 
 
 def reassigned_sql(lookups: tuple[Lookup, ...], pairs: str, columns: list[str]) -> str:
-    """The rows of ``pairs`` (:func:`lookup_pairs_sql`) whose lookups moved: out (-1) with
-    the old values, in (+1) with the new; ``columns`` are the batch's own columns."""
+    """The rows of ``pairs`` (:func:`lookup_pairs_sql`) whose lookups moved.
+
+    Out (-1) with the old values, in (+1) with the new; ``columns`` are the batch's own.
+    """
     base = ", ".join(q(c) for c in columns)
     changed = " OR ".join(f"NOT (`_old{i}` <=> `_new{i}`)" for i in range(len(lookups)))
     out = ", ".join(f"`_old{i}` AS {q(lk.column)}" for i, lk in enumerate(lookups))
@@ -190,6 +196,7 @@ def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Iterat
                 where)
     lookups: list[Lookup] = []
     extra: dict[str, list[Column]] = {}
+    looked_up: dict[str, TableDecl] = {}
     for sub in list(step.find_all(exp.Subquery)):
         inner = sub.this
         if not _reads_only(inner, name):
@@ -199,10 +206,10 @@ def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Iterat
         lookups.append(Lookup(table.name, col, spark))
         looked = next(c for c in it.columns if c.name.lower() == column.lower())
         extra.setdefault(table.name.lower(), []).append(Column(col, looked.type))
+        looked_up[table.name.lower()] = table
         alias = _outer_alias(sub, table.name)
         sub.replace(exp.column(col, table=alias))
-    for tname in extra:
-        decl = program.table(tname)
+    for decl in looked_up.values():
         if not decl.append_only:
             raise NotIncrementalizableError(
                 f"iterative view {name}: rows of {decl.name} look up the iterate (a subquery over "
@@ -236,7 +243,7 @@ def check_output(iteration: Iteration, output: tuple[str, ...], where: Location)
                            f"columns like the view's, in the same order", where)
 
 
-def _reads_only(query: exp.Expression, name: str) -> bool:
+def _reads_only(query: exp.Expr, name: str) -> bool:
     tables = list(query.find_all(exp.Table))
     return bool(tables) and all(t.name.lower() == name.lower() for t in tables)
 
@@ -249,7 +256,7 @@ def _outer_alias(sub: exp.Subquery, table: str) -> str | None:
     return None
 
 
-def _lookup(inner: exp.Expression, sub: exp.Subquery, step: exp.Expression, program: Program,
+def _lookup(inner: exp.Expr, sub: exp.Subquery, step: exp.Expr, program: Program,
             name: str, columns: tuple[Column, ...], where: Location
             ) -> tuple[TableDecl, str, str]:
     """Checks a subquery over X is a lookup and renders it for Spark; see the module doc."""
@@ -272,23 +279,26 @@ def _lookup(inner: exp.Expression, sub: exp.Subquery, step: exp.Expression, prog
     if not (isinstance(picked, exp.Column) and picked.name.lower() in x_cols):
         raise refuse("it does not select a column of the iterate")
     outer = sub.find_ancestor(exp.Select)
+    if outer is None:
+        raise refuse("it is not inside a SELECT")
     outer_tables = [t for t in outer.find_all(exp.Table) if t.find_ancestor(exp.Select) is outer
                     and t.name.lower() != name.lower()]
-    owners: set[str] = set()
+    owners: dict[str, TableDecl] = {}
 
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def rewrite(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Column):
             return node
         q = node.table.lower() if node.table else None
         if q == x_alias or (q is None and node.name.lower() in x_cols and not any(
-                program.table(t.name).column(node.name) for t in outer_tables)):
+                (d := program.table(t.name)) is not None and d.column(node.name)
+                for t in outer_tables)):
             return exp.Dot(this=exp.to_identifier("_c"), expression=exp.to_identifier(node.name))
         for t in outer_tables:
             decl = program.table(t.name)
             if decl is not None and (q in (t.alias_or_name.lower(), t.name.lower()) or q is None) \
-                    and decl.column(node.name) is not None:
-                owners.add(decl.name)
-                return exp.column(decl.column(node.name).name)
+                    and (column := decl.column(node.name)) is not None:
+                owners[decl.name] = decl
+                return exp.column(column.name)
         raise refuse(f"column {node.sql()} is neither the iterate's nor a declared source's")
 
     keys = []
@@ -302,7 +312,7 @@ def _lookup(inner: exp.Expression, sub: exp.Subquery, step: exp.Expression, prog
         raise refuse("WHERE in the lookup is not supported; filter in the outer query")
     if len(owners) != 1:
         raise refuse("its ORDER BY must read the iterate and exactly one outer source")
-    table = program.table(owners.pop())
+    table = next(iter(owners.values()))
     spark = (f"try_element_at(array_sort(transform({ITERATE_ARRAY}, _c -> named_struct("
              f"{', '.join(keys)}, '_v', _c.{picked.name}))), 1)._v")
     return table, picked.name, spark

@@ -24,35 +24,21 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from incr.algebra.monoids import Count, Monoid
+
+# The reserved column names (state rows' count, partition bucket, change weight) are defined
+# with the dialect and re-exported here, where the runtime and the passes read them from.
+from incr.compiler.dialect import BUCKET as BUCKET
+from incr.compiler.dialect import ROW_COUNT as ROW_COUNT
+from incr.compiler.dialect import WEIGHT as WEIGHT
+from incr.compiler.dialect import live as live
+from incr.compiler.dialect import vanished as vanished
 from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named, Rel, SortKey, reads_directly
 from incr.compiler.program import Column, TableDecl
+from incr.compiler.queries import render_answer, render_h, render_stage_delta
 from incr.compiler.scalar import Scalar
 
 if TYPE_CHECKING:
     from incr.compiler.iterate import Iteration
-
-#: Column holding each state row's multiplicity (rows of θ folded into it).
-ROW_COUNT = "_n"
-#: Partition column of every state table: a hash bucket of θ.
-BUCKET = "_bucket"
-#: Column of signed multiplicities in a change set (+n: n copies in, -n: n copies out).
-WEIGHT = "_w"
-
-
-def vanished(count: str) -> str:
-    """SQL that is true when a state row whose row count is ``count`` is gone.
-
-    The one rule of vanishing: a row of a table that :attr:`StateTable.vanishes` is deleted
-    exactly when its row count reaches 0 (its group has no live row left).  Every MERGE
-    predicate and query that drops such rows is built from this and :func:`live`.
-    """
-    return f"{count} = 0"
-
-
-def live(count: str) -> str:
-    """SQL that is true when a state row whose row count is ``count`` is live (see
-    :func:`vanished`); a stored count is never negative, since deletions are validated."""
-    return f"{count} > 0"
 
 
 @dataclass(frozen=True)
@@ -67,6 +53,7 @@ class StateValue:
     arg: Scalar | None
 
     def describe(self) -> str:
+        """One line for ``incr explain``: columns, monoid and what it folds."""
         what = "rows" if self.arg is None else str(self.arg)
         return f"{', '.join(self.columns)}: {self.monoid.name} of {what}"
 
@@ -223,8 +210,10 @@ class StagePlan:
     replace: tuple[MergeSpec, ...] = field(default=())  # ⊗= per main table (see derive_merge)
 
     def buckets_of(self, table: str) -> int:
-        """The hash buckets (Delta partitions) of state table ``table``: the program's
-        count, or 1 for a global aggregate's main tables (one row, no θ to hash)."""
+        """The hash buckets (Delta partitions) of state table ``table``.
+
+        The program's count, or 1 for a global aggregate's main tables (one row, no θ).
+        """
         return next(h.buckets for h in self.h if h.table.name == table)
 
     @property
@@ -234,11 +223,11 @@ class StagePlan:
 
     @property
     def linear(self) -> bool:
-        """True when the output is a bag of per-row projections of the input (no aggregate,
-        DISTINCT, HAVING, ORDER BY or LIMIT).
+        """True when the output is a bag of per-row projections of the input.
 
-        The output is then a homomorphism of the input bag: a batch's output change is h of
-        Δ itself (rows gained minus rows lost), whatever the stage held before.
+        That is: no aggregate, DISTINCT, HAVING, ORDER BY or LIMIT.  The output is then a
+        homomorphism of the input bag: a batch's output change is h of Δ itself (rows gained
+        minus rows lost), whatever the stage held before.
         """
         a = self.answer
         mains = self.main_tables
@@ -294,6 +283,7 @@ class IncrementalPlan:
 
     @property
     def top(self) -> StagePlan:
+        """The view's own stage (the last one); the properties below without a stage in their name are its."""
         return self.stages[-1]
 
     @property
@@ -303,54 +293,67 @@ class IncrementalPlan:
 
     @property
     def tables(self) -> tuple[StateTable, ...]:
+        """Every state table of every stage, producers first."""
         return tuple(t for s in self.stages for t in s.tables)
 
     @property
     def h(self) -> tuple[HQuery, ...]:
+        """The h queries of every state table of every stage."""
         return tuple(q for s in self.stages for q in s.h)
 
     @property
     def merge(self) -> tuple[MergeSpec, ...]:
+        """⊗ of every state table of every stage."""
         return tuple(m for s in self.stages for m in s.merge)
 
     @property
     def diminish(self) -> tuple[MergeSpec, ...]:
+        """⊗̃ of every state table (of every stage) that has one."""
         return tuple(m for s in self.stages for m in s.diminish)
 
     @property
     def diffuse(self) -> tuple[DiffusionSpec, ...]:
+        """⊗̂ of every state table of every stage."""
         return tuple(m for s in self.stages for m in s.diffuse)
 
     @property
     def answer(self) -> Answer:
+        """a: the answer query over the top stage's state."""
         return self.top.answer
 
     @property
     def lineage(self) -> tuple[Named, ...]:
+        """The top stage's lineage key θ (empty for a global aggregate)."""
         return self.top.lineage
 
     @property
     def output(self) -> tuple[str, ...]:
+        """The view's column names, in order."""
         return self.top.output
 
     @property
     def buckets(self) -> int:
+        """Hash buckets per state table of the top stage."""
         return self.top.buckets
 
     @property
     def source(self) -> str:
+        """The top stage's source: a declared table, or the joined relation's name."""
         return self.top.source
 
     @property
     def source_columns(self) -> tuple[Column, ...]:
+        """The columns of the top stage's source."""
         return self.top.source_columns
 
     @property
     def append_only(self) -> bool:
+        """True when the top stage's source takes inserts only."""
         return self.top.append_only
 
     @property
     def logical(self) -> Rel:
+        """The top stage's normalized IR."""
         return self.top.logical
 
     @property
@@ -365,6 +368,7 @@ class IncrementalPlan:
         return self.top.main_tables
 
     def stage(self, name: str) -> StagePlan:
+        """The stage called ``name`` ("" for the top stage)."""
         return next(s for s in self.stages if s.name == name)
 
     def stage_of(self, table: str) -> StagePlan:
@@ -421,10 +425,11 @@ class IncrementalPlan:
             return ()
         return tuple(top.side_table(i.alias) for i in top.reads(source, derived=False))
 
-    def join_delta_sql(self, source: str, batch_view: str, side_views: dict[str, str]) -> str:
-        """Spark SQL for Δ of the top stage's input when a batch of ``source`` lands."""
-        from incr.compiler.sqlgen import render_stage_delta
+    def join_delta_sql(self, source: str, batch_view: str, side_views: dict[str, str]) -> str | None:
+        """Spark SQL for Δ of the top stage's input when a batch of ``source`` lands.
 
+        None when no branch of the top stage reads ``source``.
+        """
         top = self.top
         changed = {i.alias: (batch_view, 0) for i in top.reads(source, derived=False)}
         return render_stage_delta(top, changed, side_views)
@@ -438,15 +443,11 @@ class IncrementalPlan:
 
     def h_sql(self, table: str, batch_view: str) -> str:
         """Spark SQL computing h for ``table`` over the rows registered as ``batch_view``."""
-        from incr.compiler.sqlgen import render_h
-
         hq = next(q for q in self.h if q.table.name == table)
         return render_h(hq, batch_view)
 
     def answer_sql(self, state_views: dict[str, str]) -> str:
         """Spark SQL computing a(state) from state tables registered under ``state_views``."""
-        from incr.compiler.sqlgen import render_answer
-
         return render_answer(self.answer, state_views)
 
     @cached_property

@@ -21,7 +21,7 @@ from pathlib import Path
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError as SqlglotParseError
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
 from incr.compiler.types import SqlType, sql_type_of
 from incr.errors import CompileError, Location, ParseError
@@ -125,6 +125,13 @@ class Program:
                 return table
         return None
 
+    def declared(self, name: str) -> TableDecl:
+        """Returns the declared table called ``name`` (case-insensitive); KeyError if none is."""
+        table = self.table(name)
+        if table is None:
+            raise KeyError(name)
+        return table
+
     def view(self, name: str) -> ViewDecl | None:
         """Returns the view called ``name`` (case-insensitive), or None."""
         for view in self.views:
@@ -168,10 +175,9 @@ def parse_program(text: str, path: str = "<program>", name: str | None = None) -
         elif isinstance(statement, exp.Create) and statement.kind == "VIEW":
             views.append(_view_decl(statement, chunk_text, where, offset))
         else:
-            kind = statement.key.upper() if statement is not None else "statement"
             raise ParseError(
                 f"a program may only hold CREATE TABLE (sources) and CREATE VIEW (queries); "
-                f"found {kind}", where)
+                f"found {statement.key.upper()}", where)
     _check_names(tables, views, path)
     unknown = options.append_only - {t.name.lower() for t in tables}
     if unknown:
@@ -237,7 +243,7 @@ def _split_statements(text: str, path: str, dialect: str) -> list[tuple[str, int
     return chunks
 
 
-def _parse_statement(chunk: str, path: str, line: int, offset: int, dialect: str) -> exp.Expression:
+def _parse_statement(chunk: str, path: str, line: int, offset: int, dialect: str) -> exp.Expr:
     try:
         statement = sqlglot.parse_one(chunk, read=dialect)
     except SqlglotParseError as e:
@@ -253,7 +259,7 @@ def _parse_statement(chunk: str, path: str, line: int, offset: int, dialect: str
 def shift_lines(tree: exp.Expr, lines: int, chars: int) -> None:
     """Makes node positions absolute in the file (sqlglot counts from the statement)."""
     for node in tree.walk():
-        meta = node.meta if node._meta else None  # noqa: SLF001 - avoid creating empty dicts
+        meta = node.meta if node._meta else None  # node._meta: .meta would create empty dicts
         if meta and "line" in meta:
             meta["line"] += lines
             if "start" in meta:
@@ -292,7 +298,8 @@ def _table_decl(statement: exp.Create, where: Location, options: Options) -> Tab
             raise CompileError(f"table {name}: column {cname}: {e}", col_where) from e
         not_null = False
         for constraint in coldef.args.get("constraints") or []:
-            if isinstance(constraint.kind, exp.NotNullColumnConstraint) and not constraint.kind.args.get("allow_null"):
+            ckind = constraint.kind
+            if isinstance(ckind, exp.NotNullColumnConstraint) and not ckind.args.get("allow_null"):
                 not_null = True
             else:
                 raise ParseError(f"table {name}: column constraint {constraint.sql()} is not "
@@ -329,7 +336,7 @@ def _iterative_view(chunk: str, path: str, where: Location, offset: int,
     tokens = sqlglot.Dialect.get_or_raise(options.dialect).tokenize(chunk)
     pos = 0
 
-    def fail(message: str, tok=None) -> ParseError:
+    def fail(message: str, tok: Token | None = None) -> ParseError:
         line = (where.line or 1) + (tok.line - 1 if tok is not None else 0)
         return ParseError(f"{message}; an iterative view is written {_ITERATE_SYNTAX}",
                           Location(path, line, tok.col if tok is not None else None))
@@ -369,8 +376,11 @@ def _iterative_view(chunk: str, path: str, where: Location, offset: int,
     if not columns_text.strip():
         raise fail(f"iterative view {name} needs its columns and types, e.g. "
                    f"CREATE VIEW {name} (k BIGINT, v DOUBLE)", tokens[min(pos, len(tokens) - 1)])
-    decl = _table_decl(_parse_statement(f"CREATE TABLE {name} ({columns_text})", path,
-                                        where.line or 1, offset, options.dialect), where, options)
+    create = _parse_statement(f"CREATE TABLE {name} ({columns_text})", path, where.line or 1, offset,
+                              options.dialect)
+    if not isinstance(create, exp.Create):
+        raise fail(f"iterative view {name}: its column list is not a list of columns and types")
+    decl = _table_decl(create, where, options)
     expect("AS", "ITERATE", "INITIAL")
     initial, initial_at = parenthesised()
     expect("STEP")
@@ -412,7 +422,8 @@ def _iterative_view(chunk: str, path: str, where: Location, offset: int,
 
 def _check_names(tables: list[TableDecl], views: list[ViewDecl], path: str) -> None:
     seen: dict[str, Location] = {}
-    for item in [*tables, *views]:
+    items: list[TableDecl | ViewDecl] = [*tables, *views]
+    for item in items:
         key = item.name.lower()
         if key in seen:
             raise ParseError(f"{item.name} is declared twice (first at line {seen[key].line})",
@@ -424,9 +435,9 @@ def _check_names(tables: list[TableDecl], views: list[ViewDecl], path: str) -> N
                              item.location)
 
 
-def _loc(node: exp.Expr, fallback: Location) -> Location:
+def _loc(node: exp.Expr | None, fallback: Location) -> Location:
     """The position of ``node`` in the program file, or ``fallback``."""
-    meta = node.meta if node is not None and node._meta else None  # noqa: SLF001
+    meta = node.meta if node is not None and node._meta else None
     if meta and "line" in meta:
         return Location(fallback.path, meta["line"], meta.get("col"))
     return fallback

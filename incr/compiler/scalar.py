@@ -14,11 +14,11 @@ from functools import lru_cache
 import sqlglot
 from sqlglot import exp
 
-CANONICAL_DIALECT = "duckdb"
+from incr.compiler.dialect import CANONICAL_DIALECT, render_expression
 
 
 @lru_cache(maxsize=4096)
-def _parse(sql: str) -> exp.Expression:
+def _parse(sql: str) -> exp.Expr:
     return sqlglot.parse_one(sql, read=CANONICAL_DIALECT)
 
 
@@ -38,7 +38,7 @@ class Scalar:
         """A reference to column ``name``."""
         return Scalar.of(exp.column(name, quoted=not name.isidentifier() or name.lower() != name))
 
-    def tree(self) -> exp.Expression:
+    def tree(self) -> exp.Expr:
         """A fresh sqlglot tree for this expression (safe to mutate)."""
         return _parse(self.sql).copy()
 
@@ -49,7 +49,7 @@ class Scalar:
     def substitute(self, mapping: Mapping[str, Scalar]) -> Scalar:
         """Replaces column references by expressions (names not in ``mapping`` stay)."""
 
-        def swap(node: exp.Expression) -> exp.Expression:
+        def swap(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Column) and node.name in mapping:
                 replacement = mapping[node.name].tree()
                 if isinstance(replacement, (exp.Column, exp.Literal, exp.Func, exp.Paren)):
@@ -60,9 +60,7 @@ class Scalar:
         return Scalar.of(self.tree().transform(swap, copy=False))
 
     def render(self, dialect: str) -> str:
-        """The expression as SQL text for ``dialect`` (see :mod:`incr.compiler.sqlgen`)."""
-        from incr.compiler.sqlgen import render_expression
-
+        """The expression as SQL text for ``dialect`` (see :mod:`incr.compiler.dialect`)."""
         return render_expression(self.tree(), dialect)
 
     def __str__(self) -> str:

@@ -7,10 +7,16 @@ Arrow and Spark types; the compiler only needs their names.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
+
+if TYPE_CHECKING:  # program and scalar import this module
+    from incr.compiler.program import Column
+    from incr.compiler.scalar import Scalar
 
 # Declared spelling (as sqlglot normalises it) -> canonical name.
 _CANONICAL = {
@@ -86,8 +92,8 @@ def sql_type_of(node: exp.DataType) -> SqlType:
     return SqlType(name, precision, scale)
 
 
-def infer_type(expr, table: str, columns) -> SqlType:
-    """sqlglot's type for ``expr`` (a Scalar) over ``columns`` of ``table``, as a SqlType.
+def infer_type(expr: Scalar, table: str, columns: Sequence[Column]) -> SqlType:
+    """The type sqlglot infers for ``expr`` (a Scalar) over ``columns`` of ``table``.
 
     Used for the columns of a nested query's output (which ``incr explain`` shows) and
     for derived inputs; a type sqlglot cannot tell stays ``UNKNOWN``.  Spark decides the
@@ -107,12 +113,12 @@ def infer_type_name(sql: str, table: str, columns: tuple[tuple[str, str], ...]) 
     from sqlglot.optimizer.annotate_types import annotate_types
     from sqlglot.optimizer.qualify import qualify
 
-    schema = {table: dict(columns)}
+    schema: dict[str, object] = {table: dict(columns)}
     try:
         select = sqlglot.parse_one(f"SELECT {sql} AS x FROM {table}", read="duckdb")
         select = qualify(select, schema=schema, dialect="duckdb")
         typed = annotate_types(select, schema=schema, dialect="duckdb")
-        t = typed.expressions[0].type
+        t: exp.DataType | None = typed.expressions[0].type
         if not t or t.this == exp.DataType.Type.UNKNOWN:
             return "UNKNOWN"
         return t.sql("duckdb").upper().replace("TEXT", "VARCHAR")

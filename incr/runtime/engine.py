@@ -170,7 +170,8 @@ CROSS_ENGINE_TESTS: dict[str, str] = {
     "row index inserts": "tests/runtime/test_engines.py::test_row_index_is_the_same_from_both_engines",
     "row index deletes": "tests/runtime/test_bad_input.py::"
                          "test_bad_delete_message_is_the_same_on_the_driver_and_in_spark",
-    "batch rows, types and _row": "tests/runtime/test_engines.py::test_a_batch_reads_the_same_on_both_engines",
+    "batch rows, types and _row":
+        "tests/runtime/test_engines.py::test_a_batch_reads_the_same_on_both_engines",
     "NOT NULL check": "tests/runtime/test_engines.py::test_not_null_is_refused_alike_on_both_engines",
     "state bucket": "tests/runtime/test_sparkhash.py::test_every_type_alone_and_chained",
     "compiled SQL": "tests/runtime/test_local.py::test_query_equals_spark_h_buckets_and_types_included",

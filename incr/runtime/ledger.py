@@ -134,7 +134,7 @@ class Ledger:
     def _row(self, b: Batch, event: str) -> dict:
         return {"seq": b.seq, "event": event, "table": b.table, "kind": b.kind, "path": b.path,
                 "size": b.size, "mtime_ns": b.mtime_ns, "sha256": b.sha256,
-                "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="microseconds")}
+                "at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")}
 
     def _append(self, rows: list[dict]) -> None:
         self.store.write(self.path, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="append",

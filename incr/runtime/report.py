@@ -14,8 +14,8 @@ from incr.runtime.store import APP_ID, DeltaStore
 
 def describe_run(report) -> str:
     """One line per applied batch, with where its time went."""
-    lines = [f"program {report.program}: {report.registered} new file(s) registered, "
-             f"{len(report.applied)} batch(es) applied"]
+    lines = [(f"program {report.program}: {report.registered} new file(s) registered, "
+              f"{len(report.applied)} batch(es) applied")]
     for b in report.applied:
         views = "; ".join(f"{v.view} h {v.h_s:.2f}s merge {v.merge_s:.2f}s answer {v.answer_s:.2f}s"
                           for v in b.views)

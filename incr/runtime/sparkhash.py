@@ -155,9 +155,8 @@ def xxhash64(columns: Sequence[pa.Array | pa.ChunkedArray], seed: int = SEED) ->
     n = len(columns[0]) if columns else 0
     h = np.full(n, seed & _MASK, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for col in columns:
-            if isinstance(col, pa.ChunkedArray):
-                col = col.combine_chunks()
+        for given in columns:
+            col = given.combine_chunks() if isinstance(given, pa.ChunkedArray) else given
             h = _column_hash(col, h)
     return h.view(np.int64)
 

@@ -128,7 +128,7 @@ def test_lift_and_null_handling():
 def test_moments_stay_accurate_where_sum_of_squares_cancels():
     big = 1e9
     values = [big + 4, big + 7, big + 13, big + 16]
-    n, mean, m2 = Moments().fold(values)
+    n, _mean, m2 = Moments().fold(values)
     assert n == 4
     assert m2 / (n - 1) == pytest.approx(30.0, rel=1e-9)
 

@@ -45,7 +45,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 def _outputs(out: Path, label: str) -> tuple[list[dict[str, str]], dict]:
     rows = _rows(out / f"{label}.csv")
-    assert list(rows[0]) == COLUMNS and REQUIRED <= set(rows[0])
+    assert list(rows[0]) == COLUMNS and set(rows[0]) >= REQUIRED
     assert (out / f"{label}.png").stat().st_size > 10_000
     assert (out / f"{label}.md").read_text().count("\n| ") >= len(rows)
     meta = json.loads((out / f"{label}.json").read_text())

@@ -98,7 +98,8 @@ def _where_of(rel: Rel) -> str | None:
 
 def render_split_joins(case: Case) -> str:
     st = top_stage(case)
-    lines = [f"source {st.source.name}: {', '.join(c.name + ('' if c.not_null else '?') for c in st.source.columns)}"]
+    columns = ", ".join(c.name + ("" if c.not_null else "?") for c in st.source.columns)
+    lines = [f"source {st.source.name}: {columns}"]
     lines += [f"branch {branch}" for branch in st.branches]
     where = _where_of(st.rel)
     lines.append(f"where {where}" if where is not None else "where -")

@@ -58,10 +58,10 @@ def test_plain_join_view_is_a_bag_of_joined_rows():
      "LEFT JOIN condition"),
     ("SELECT o.cust FROM orders o CROSS JOIN items i", "cross or non-equi join"),
     ("SELECT o.cust FROM orders o JOIN items i USING (okey)", "USING"),
-    ("SELECT o.cust FROM orders o JOIN custs c ON o.cust = c.cust FULL JOIN items i "
-     "ON o.okey = i.okey", "FULL JOIN after other joins"),
-    ("SELECT o.cust FROM orders o WHERE o.okey NOT IN (SELECT i.okey FROM items i "
-     "WHERE i.qty > o.okey)", "NOT IN (subquery)"),
+    (("SELECT o.cust FROM orders o JOIN custs c ON o.cust = c.cust FULL JOIN items i "
+      "ON o.okey = i.okey"), "FULL JOIN after other joins"),
+    (("SELECT o.cust FROM orders o WHERE o.okey NOT IN (SELECT i.okey FROM items i "
+      "WHERE i.qty > o.okey)"), "NOT IN (subquery)"),
     ("SELECT o.cust FROM orders o JOIN (SELECT okey FROM items LIMIT 3) i ON o.okey = i.okey",
      "LIMIT/OFFSET in a nested query"),
 ])

@@ -335,8 +335,8 @@ WHERE qty = = 1""")
 
 
 def test_syntax_error_in_table_declaration():
-    text = "CREATE TABLE sales (\n    region VARCHAR,\n    amount DOUBLE = 1,\n    qty BIGINT\n);\n" \
-           "CREATE VIEW v AS SELECT region FROM sales;\n"
+    text = ("CREATE TABLE sales (\n    region VARCHAR,\n    amount DOUBLE = 1,\n    qty BIGINT\n);\n"
+            "CREATE VIEW v AS SELECT region FROM sales;\n")
     err = compile_error(text)
     assert type(err) is ParseError
     assert err.location.line == 3
@@ -355,7 +355,7 @@ def test_statement_that_is_not_a_table_or_view(statement: str, kind: str):
     assert "only hold CREATE TABLE (sources) and CREATE VIEW (queries)" in err.message
     assert f"found {kind}" in err.message
     assert err.location.path == PATH
-    assert err.location.line == line_of(text, statement.split("\n")[0], after="GROUP BY region;")
+    assert err.location.line == line_of(text, statement.split("\n", maxsplit=1)[0], after="GROUP BY region;")
 
 
 TABLE_WITH = """-- incr: dialect = duckdb
@@ -393,7 +393,7 @@ def test_unsupported_column_type(column: str, name: str):
 def test_reserved_column_name(column: str):
     err = compile_error(TABLE_WITH.format(column=column))
     assert type(err) is ParseError
-    name = column.split()[0]
+    name = column.split(maxsplit=1)[0]
     assert "table sales: column names starting with '_' are reserved" in err.message
     assert f"rename {name}" in err.message
     assert err.location.line == 5

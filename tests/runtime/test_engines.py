@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import datetime as dt
 import importlib
+import math
 import pkgutil
 import re
 from decimal import Decimal
@@ -122,7 +123,7 @@ def test_a_batch_reads_the_same_on_both_engines(spark, tmp_path):
 def _same_rows(a: pa.Table, b: pa.Table) -> bool:
     """Row-wise equality with NaN equal to itself."""
     def norm(v):
-        return "NaN" if isinstance(v, float) and v != v else v
+        return "NaN" if isinstance(v, float) and math.isnan(v) else v
     return [{k: norm(v) for k, v in r.items()} for r in a.to_pylist()] == \
         [{k: norm(v) for k, v in r.items()} for r in b.to_pylist()]
 

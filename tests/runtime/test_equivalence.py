@@ -193,8 +193,7 @@ def join_programs(draw) -> str:
     from_, tables = draw(st.sampled_from(JOIN_FROMS))
     keys = [k for k in draw(st.lists(st.sampled_from(JOIN_KEYS), max_size=2, unique=True))
             if k != "h" or "c" not in tables]  # h is ambiguous in the three-way join
-    aggs = [a for a in draw(st.lists(st.sampled_from(JOIN_AGGS), min_size=1, max_size=3,
-                                     unique=True))]
+    aggs = list(draw(st.lists(st.sampled_from(JOIN_AGGS), min_size=1, max_size=3, unique=True)))
     if "c" in tables:
         aggs.append("SUM(w)")
     qualify = {"g": "g", "k % 2": "b.k % 2" if "AS l" not in from_ else "r.k % 2", "h": "h"}
@@ -263,8 +262,8 @@ def test_join_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, te
     live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
     read = {s for plan in compiled.plans for s in plan.sources}
     landed: set[str] = set()
-    for seq, (table, op) in enumerate(s for s in steps if s[0] in read):
-        op = land_join_batch(rng, landing, table, op, seq, live)
+    for seq, (table, wanted) in enumerate(s for s in steps if s[0] in read):
+        op = land_join_batch(rng, landing, table, wanted, seq, live)
         landed.add(table)
         event(f"{op} batch on {table}")
         report = pipeline.run()

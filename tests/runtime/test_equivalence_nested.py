@@ -146,7 +146,7 @@ def order_clause(draw, aliases: Sequence[str]) -> str:
 
 def _alias(expr: str, used: set[str], fallback: str) -> str:
     """The bare column name of a (qualified) column reference if still free, else ``fallback``."""
-    name = expr.split(".")[-1]
+    name = expr.rsplit(".", maxsplit=1)[-1]
     alias = name if name.isidentifier() and name not in used else fallback
     used.add(alias)
     return alias
@@ -214,9 +214,8 @@ def plain_select(draw, cols: Sequence[Col], from_sql: str, required: Sequence[st
     chosen = draw(st.lists(st.sampled_from(list(cols)), min_size=1, max_size=max_cols,
                            unique_by=lambda c: c[0]))
     items, out = [], []
-    for i, col in enumerate(chosen):
-        if draw(st.integers(0, 3)) == 3:
-            col = _transform(col)
+    for i, picked in enumerate(chosen):
+        col = _transform(picked) if draw(st.integers(0, 3)) == 3 else picked
         items.append(f"{col[0]} AS c{i}")
         out.append((f"c{i}", col[1], col[2]))
     sql = (f"SELECT {'DISTINCT ' if distinct else ''}{', '.join(items)} FROM {from_sql}"
@@ -625,8 +624,8 @@ def check_program(spark, tmp_path_factory, family: str, program, data) -> None:
                                 min_size=1, max_size=3), label="more batches")
     live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
     landed: set[str] = set()
-    for seq, (table, op) in enumerate(steps):
-        op = land_join_batch(rng, landing, table, op, seq, live)
+    for seq, (table, wanted) in enumerate(steps):
+        op = land_join_batch(rng, landing, table, wanted, seq, live)
         landed.add(table)
         event(f"{op} batch on {table}")
         report = pipeline.run()

@@ -108,7 +108,7 @@ class _Lowering:
         for _, node in items:
             check_no_alias_refs(self.scope, node, "SELECT", self.source)
         self.output = tuple(Column(n.name, type_of(n.expr, self.source)) for n in exprs)
-        sort_keys = self._order_keys(tree, exprs, lambda node: Scalar.of(node))
+        sort_keys = self._order_keys(tree, exprs, Scalar.of)
         if sort_keys:
             rel = Sort(rel, sort_keys)
         rel = Project(rel, exprs)
@@ -150,8 +150,8 @@ class _Lowering:
             return ()
         keys: list[Named] = []
         seen: set[str] = set()
-        for node in group.expressions:
-            node = group_by_key(self.scope, node, items, self.source)
+        for written in group.expressions:
+            node = group_by_key(self.scope, written, items, self.source)
             if contains_aggregate(node):
                 raise self.scope.error(f"GROUP BY cannot contain an aggregate: {node.sql()}", node)
             check_no_alias_refs(self.scope, node, "GROUP BY", self.source)

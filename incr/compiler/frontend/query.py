@@ -79,14 +79,17 @@ class Translation:
 
     @property
     def top(self) -> StageTranslation:
+        """The view's own stage (the last: producers come first)."""
         return self.stages[-1]
 
     @property
     def rel(self) -> Rel:
+        """The IR of the view's own stage."""
         return self.top.rel
 
     @property
     def source(self) -> TableDecl:
+        """The (pseudo-)source the view's own stage reads."""
         return self.top.source
 
 
@@ -106,6 +109,7 @@ class Query:
 
     @property
     def program(self) -> Program:
+        """The program the view belongs to."""
         return self.scope.program
 
 

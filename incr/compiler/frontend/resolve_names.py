@@ -57,7 +57,7 @@ def check_tables(scope: Scope, tree: exp.Expr) -> None:
 
 
 def qualify_names(scope: Scope, tree: exp.Expr) -> exp.Expr:
-    """sqlglot's ``qualify`` over the declared tables: every column names its table.
+    """Sqlglot's ``qualify`` over the declared tables: every column names its table.
 
     Raises:
         OptimizeError: when a name resolves nowhere (the caller words the message).

@@ -178,7 +178,7 @@ class _Splitter:
         used = sorted({c.name for _, node in items for c in node.find_all(exp.Column)} |
                       {c.name for c in (tree.args["where"].this.find_all(exp.Column)
                                         if tree.args.get("where") is not None else [])},
-                      key=lambda n: [c.name for c in decl.columns].index(n))
+                      key=[c.name for c in decl.columns].index)
         inp = JoinInput(alias, decl.name, tuple(used), derived=stage is not None)
         flat = {c: Scalar.column(inp.flat(c)) for c in used}
         where = Scalar.of(tree.args["where"].this).substitute(flat) \

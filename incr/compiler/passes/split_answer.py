@@ -25,7 +25,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from incr.compiler.compilation import AggState, Compilation
-from incr.compiler.ir import Aggregate, Explode, Filter, JoinInput, Limit, Named, Project, Rel, Sort
+from incr.compiler.ir import (
+    Aggregate,
+    Explode,
+    Filter,
+    JoinInput,
+    Limit,
+    Named,
+    Project,
+    Rel,
+    Sort,
+    SortKey,
+)
 from incr.compiler.passes.infer_monoids import MAIN, bag_alias
 from incr.compiler.plan import (
     ROW_COUNT,
@@ -60,6 +71,7 @@ def split_answer(c: Compilation) -> Compilation:
     bag_funcs: dict[str, list[str]] = {}
     for state in c.aggregates:
         if state.bag is not None:
+            assert state.bag_func is not None, "a bag is read by min, max or count"
             if state.bag not in bag_args:
                 bag_args.append(state.bag)
             bag_funcs.setdefault(state.bag.sql, [])
@@ -121,7 +133,7 @@ def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, s
 
     limit = offset = None
     exprs: tuple[Named, ...] = ()
-    order = ()
+    order: tuple[SortKey, ...] = ()
     having = explode = None
     node: Rel = rel
     while not isinstance(node, Aggregate):

@@ -1,0 +1,65 @@
+"""The SQL dialects the compiler reads and writes, and the spelling they share.
+
+A leaf of the compiler: it imports sqlglot only, so every other module of
+:mod:`incr.compiler` may import it without a cycle.  Programs are read in the project's
+canonical dialect (DuckDB spelling, see :mod:`incr.compiler.scalar`) and the SQL the
+runtime executes is written in Spark's.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+#: The dialect a :class:`~incr.compiler.scalar.Scalar`'s text is kept in.
+CANONICAL_DIALECT = "duckdb"
+#: The dialect of the SQL the runtime executes.
+SPARK = "spark"
+
+#: Column holding each state row's multiplicity (rows of θ folded into it).
+ROW_COUNT = "_n"
+#: Partition column of every state table: a hash bucket of θ.
+BUCKET = "_bucket"
+#: Column of signed multiplicities in a change set (+n: n copies in, -n: n copies out).
+WEIGHT = "_w"
+
+
+def vanished(count: str) -> str:
+    """SQL that is true when a state row whose row count is ``count`` is gone.
+
+    The one rule of vanishing: a row of a table that :attr:`StateTable.vanishes` is deleted
+    exactly when its row count reaches 0 (its group has no live row left).  Every MERGE
+    predicate and query that drops such rows is built from this and :func:`live`.
+    """
+    return f"{count} = 0"
+
+
+def live(count: str) -> str:
+    """SQL that is true when a state row whose row count is ``count`` is live.
+
+    The complement of :func:`vanished` for stored rows: a stored count is never negative,
+    since deletions are validated against the row index.
+    """
+    return f"{count} > 0"
+
+
+def q(name: str) -> str:
+    """A back-quoted Spark identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def render_expression(tree: exp.Expr, dialect: str) -> str:
+    """SQL text of a scalar expression in ``dialect``.
+
+    For Spark, division is ``try_divide`` over DOUBLEs: DuckDB's ``/`` is floating-point
+    division even for integers and decimals, and NULL on a zero divisor where Spark's ANSI
+    mode would fail the batch.
+    """
+    if dialect == SPARK:
+        def safe_div(node: exp.Expr) -> exp.Expr:
+            if isinstance(node, exp.Div):  # DuckDB's `/` is floating-point division
+                return exp.Anonymous(this="try_divide", expressions=[
+                    exp.cast(node.this, "DOUBLE"), exp.cast(node.expression, "DOUBLE")])
+            return node
+
+        tree = tree.transform(safe_div)
+    return tree.sql(dialect=dialect)

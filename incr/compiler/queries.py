@@ -1,0 +1,257 @@
+"""The queries a plan hands the runtime, as Spark SQL: h, a and Δ.
+
+* h (:func:`render_h`): one state table's fold of a batch registered as a view;
+* a (:func:`render_answer`): the answer over the state tables registered as views;
+* Δ (:func:`render_stage_delta`, :func:`render_anti_delta`, :func:`delta_sign`): the signed
+  change of a stage's joined input when some of its inputs change.
+
+:class:`~incr.compiler.plan.IncrementalPlan` renders its own h, a and Δ through these
+(``h_sql``, ``answer_sql``, ``join_delta_sql``), so this module sits below the plan and
+knows the plan's classes by type only; the rest of the SQL the runtime runs (MERGE text,
+⊗̂, combining and exploding change sets) is :mod:`incr.compiler.sqlgen`'s.  Identifiers are
+back-quoted and NULL ordering is always spelled out.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from typing import TYPE_CHECKING
+
+from incr.compiler.dialect import BUCKET, ROW_COUNT, SPARK, WEIGHT, q
+from incr.compiler.dialect import live as plan_live
+from incr.compiler.ir import AntiJoin, Branch, EquiJoin, JoinInput, SortKey
+from incr.compiler.program import Column
+from incr.compiler.types import spark_type_name
+
+if TYPE_CHECKING:  # the plan imports this module: its classes are annotations here only
+    from incr.compiler.plan import Answer, HQuery, StagePlan
+
+
+def bucket_expression(columns: tuple[str, ...], buckets: int) -> str:
+    """Spark SQL for the hash bucket of θ (0 when θ is empty)."""
+    if not columns or buckets == 1:
+        return "CAST(0 AS INT)"
+    return f"CAST(pmod(xxhash64({', '.join(q(c) for c in columns)}), {buckets}) AS INT)"
+
+
+def render_h(hq: HQuery, batch_view: str) -> str:
+    """The fold h of one state table over the batch registered as ``batch_view``."""
+    table = hq.table
+    inner: list[str] = [f"{k.expr.render(SPARK)} AS {q(k.name)}" for k in table.keys]
+    if table.value_key is not None:
+        inner.append(f"{table.value_key.expr.render(SPARK)} AS {q(table.value_key.name)}")
+    args: dict[str, str] = {}
+    if hq.weighted:
+        inner.append(q(WEIGHT))
+    for v in table.values:
+        if v.arg is not None and v.arg.sql not in args:
+            args[v.arg.sql] = f"_x{len(args)}"
+            inner.append(f"{v.arg.render(SPARK)} AS {q(args[v.arg.sql])}")
+    if not inner:
+        inner.append("1 AS `_one`")
+    where = f" WHERE {hq.where.render(SPARK)}" if hq.where is not None else ""
+    key_cols = table.key_columns
+    outer = [f"{bucket_expression(table.bucket_columns, hq.buckets)} AS {q(BUCKET)}"]
+    outer += [q(c) for c in key_cols]
+    for v in table.values:
+        arg = q(args[v.arg.sql]) if v.arg is not None else None
+        if hq.weighted:  # side tables: a signed count per row (see HQuery)
+            assert v.arg is None and len(v.columns) == 1, "only counts are kept weighted"
+            outer.append(f"CAST(coalesce(sum({q(WEIGHT)}), 0) AS BIGINT) AS {q(v.columns[0])}")
+            continue
+        outer += [f"{sql} AS {q(col)}" for col, sql in zip(v.columns, v.monoid.spark_fold(arg))]
+    sql = (f"SELECT {', '.join(outer)}\nFROM (SELECT {', '.join(inner)} "
+           f"FROM {batch_view}{where}) AS h")
+    if table.value_key is not None:
+        sql += f"\nWHERE {q(table.value_key.name)} IS NOT NULL"
+    if key_cols:
+        sql += f"\nGROUP BY {', '.join(q(c) for c in key_cols)}"
+    return sql
+
+
+def render_stage_delta(stage: StagePlan, changed: dict[str, tuple[str, int]],
+                       sides: dict[str, str], anti_deltas: dict[str, str] | None = None) -> str | None:
+    """Δ of a stage's input relation, as signed rows (its columns plus ``_w``).
+
+    ``changed`` maps each input alias whose rows changed in this batch to the registered
+    view of its changes (the input's own column names plus ``_w``) and their sign (+1, -1,
+    or 0 for mixed).  ``sides`` maps every alias to its side table's view (the rows before
+    this batch), and ``anti_deltas`` each changed anti input to its ΔZ view
+    (:func:`render_anti_delta`).
+
+    For a branch joining inputs X1..Xn of which the set C changed, Δ(X1 ⋈ .. ⋈ Xn) is the
+    sum over non-empty S ⊆ C of the join of ΔXi (i in S) with the old Xj (j not in S),
+    weighted by the product of the weights: exact for inserts and deletes on any inputs at
+    once, self-joins included (each alias of a table is an input of its own).  Returns
+    None when no branch reads a changed input.
+    """
+    terms: list[str] = []
+    for branch in stage.branches:
+        inputs = branch.join.all_inputs
+        moved = [i.alias for i in inputs if i.alias in changed]
+        for size in range(1, len(moved) + 1):
+            for subset in combinations(moved, size):
+                terms.append(_branch_term(branch, set(subset), changed, sides, anti_deltas or {},
+                                          stage.source_columns))
+    if not terms:
+        return None
+    return "\nUNION ALL\n".join(terms)
+
+
+def delta_sign(stage: StagePlan, changed: dict[str, tuple[str, int]]) -> int:
+    """The sign every row of the stage's Δ has (+1 or -1), or 0 when it may have both."""
+    signs: set[int] = set()
+    for branch in stage.branches:
+        anti = {a.input.alias for a in branch.join.anti}
+        moved = [i.alias for i in branch.join.all_inputs if i.alias in changed]
+        for size in range(1, len(moved) + 1):
+            for subset in combinations(moved, size):
+                sign = 1
+                for alias in subset:
+                    sign *= 0 if alias in anti else changed[alias][1]
+                signs.add(sign)
+    return signs.pop() if len(signs) == 1 else 0
+
+
+def _renamed(inp: JoinInput, view: str, columns: tuple[str, ...] | None = None) -> str:
+    """An input's change set with its columns spelled as in the joined relation."""
+    cols = ", ".join(f"{q(c)} AS {q(inp.flat(c))}" for c in (columns or inp.columns))
+    return f"(SELECT {cols + ', ' if cols else ''}{q(WEIGHT)} FROM {view})"
+
+
+def _branch_term(branch: Branch, subset: set[str], changed: dict[str, tuple[str, int]],
+                 sides: dict[str, str], anti_deltas: dict[str, str],
+                 columns: tuple[Column, ...]) -> str:
+    order = tuple(c.name for c in columns)
+    types = {c.name: spark_type_name(c.type) for c in columns}
+    join = branch.join
+    regular = list(join.inputs)
+    # Start from a changed input (the small side), then join what connects.
+    start = next((i for i in regular if i.alias in subset), regular[0])
+    weights: list[str] = []
+
+    def source(inp: JoinInput) -> str:
+        if inp.alias in subset:
+            weights.append(f"{q(inp.alias)}.{q(WEIGHT)}")
+            return f"{_renamed(inp, changed[inp.alias][0])} AS {q(inp.alias)}"
+        weights.append(f"{q(inp.alias)}.{q(ROW_COUNT)}")
+        return f"(SELECT * FROM {sides[inp.alias]}) AS {q(inp.alias)}"
+
+    sql = f"FROM {source(start)}"
+    joined = {start.alias}
+    pending = [i for i in regular if i is not start]
+    while pending:
+        for inp in pending:
+            conds = _conditions(join.pairs, join, inp.alias, joined)
+            if conds:
+                sql += f"\nJOIN {source(inp)} ON {' AND '.join(conds)}"
+                break
+        else:  # the rest meet no equality: single-row inputs, crossed
+            inp = pending[0]
+            sql += f"\nCROSS JOIN {source(inp)}"
+        joined.add(inp.alias)
+        pending.remove(inp)
+    for anti in join.anti:
+        alias = anti.input.alias
+        if alias in subset:  # Z changed: rows gain (+1) or lose (-1) their "no match" status
+            on = " AND ".join(f"{_col(join, a)} = {q('_dz_' + alias)}.{q(b)}" for a, b in anti.pairs)
+            sql += f"\nJOIN {anti_deltas[alias]} AS {q('_dz_' + alias)} ON {on}"
+            weights.append(f"{q('_dz_' + alias)}.{q(WEIGHT)}")
+        else:
+            on = " AND ".join(f"{_col(join, a)} = {q('_anti_' + alias)}.{q(b)}" for a, b in anti.pairs)
+            where = f" WHERE {anti.filter.render(SPARK)}" if anti.filter is not None else ""
+            sql += (f"\nLEFT ANTI JOIN (SELECT * FROM {sides[alias]}{where}) AS "
+                    f"{q('_anti_' + alias)} ON {on}")
+    exprs = {c: f"{q(i.alias)}.{q(c)}" for i in regular for c in i.flat_columns}
+    for inp in branch.padded:  # the unmatched side: typed NULLs
+        exprs.update({c: f"CAST(NULL AS {types[c]})" for c in inp.flat_columns if c in types})
+    # The stage's column order, so that the branches of a UNION ALL line up.
+    names = [c for c in order if c in exprs] if branch.project is None else list(exprs)
+    selected = [f"{exprs[c]} AS {q(c)}" for c in names]
+    weight = " * ".join(weights)
+    inner = f"SELECT {', '.join(selected + [f'CAST({weight} AS BIGINT) AS {q(WEIGHT)}'])}\n{sql}"
+    if branch.project is None and branch.where is None:
+        return inner
+    if branch.project is not None:
+        outer = ", ".join(f"{n.expr.render(SPARK)} AS {q(n.name)}" for n in branch.project)
+    else:
+        outer = ", ".join(q(c) for c in names)
+    where = f"\nWHERE {branch.where.render(SPARK)}" if branch.where is not None else ""
+    return f"SELECT {outer}, {q(WEIGHT)} FROM (\n{inner}\n) AS `_term`{where}"
+
+
+def _col(join: EquiJoin, flat: str) -> str:
+    return f"{q(join.input_of(flat).alias)}.{q(flat)}"
+
+
+def _conditions(pairs: tuple[tuple[str, str], ...], join: EquiJoin, alias: str,
+                joined: set[str]) -> list[str]:
+    out = []
+    for a, b in pairs:
+        sides = {join.input_of(a).alias, join.input_of(b).alias}
+        if alias in sides and sides - {alias} <= joined and len(sides) == 2:
+            out.append(f"{_col(join, a)} = {_col(join, b)}")
+    return out
+
+
+def render_anti_delta(anti: AntiJoin, changes: str, side: str) -> str:
+    """ΔZ of an anti input: which join keys start (-1) or stop (+1) having a match.
+
+    ``changes`` holds the input's signed changes (its own column names plus ``_w``) and
+    ``side`` its rows before them.  A key whose count of matching rows goes from 0 to
+    more blocks the rows waiting on it (-1); from more to 0 releases them (+1).  NULL keys
+    never match, so they never move.
+    """
+    inp = anti.input
+    keys = [b for _, b in anti.pairs]
+    cols = ", ".join(q(k) for k in keys)
+    where = [f"{q(k)} IS NOT NULL" for k in keys]
+    if anti.filter is not None:
+        where.append(anti.filter.render(SPARK))
+    cond = " AND ".join(where)
+    on = " AND ".join(f"d.{q(k)} = o.{q(k)}" for k in keys)
+    semi = " AND ".join(f"s.{q(k)} = d2.{q(k)}" for k in keys)
+    needed = tuple(dict.fromkeys(inp.columns))
+    return (f"(SELECT {', '.join('d.' + q(k) for k in keys)}, CAST(CASE "
+            f"WHEN coalesce(o.`_c`, 0) = 0 AND d.`_dw` > 0 THEN -1 "
+            f"WHEN coalesce(o.`_c`, 0) > 0 AND coalesce(o.`_c`, 0) + d.`_dw` = 0 THEN 1 "
+            f"ELSE 0 END AS BIGINT) AS {q(WEIGHT)}\n"
+            f"FROM (SELECT {cols}, sum({q(WEIGHT)}) AS `_dw` FROM {_renamed(inp, changes, needed)} "
+            f"AS c WHERE {cond} GROUP BY {cols}) AS d\n"
+            f"LEFT JOIN (SELECT {', '.join('s.' + q(k) for k in keys)}, sum(s.{q(ROW_COUNT)}) AS `_c` "
+            f"FROM (SELECT * FROM {side} WHERE {cond}) AS s LEFT SEMI JOIN (SELECT DISTINCT {cols} "
+            f"FROM {_renamed(inp, changes, needed)} AS c) AS d2 ON {semi} "
+            f"GROUP BY {', '.join('s.' + q(k) for k in keys)}) AS o ON {on})")
+
+
+def render_answer(answer: Answer, views: dict[str, str]) -> str:
+    """a(state) over state tables registered as temporary views (``views[table]``)."""
+    select = ", ".join(f"{e.expr.render(SPARK)} AS {q(e.name)}" for e in answer.exprs)
+    live = f" WHERE {plan_live(q(ROW_COUNT))}" if answer.grouped else ""
+    sql = f"SELECT {select}\nFROM (SELECT * FROM {views[answer.main]}{live}) AS m"
+    for bag in answer.bags:
+        aggs = ", ".join(f"{a.func}({q('value')}) AS {q(a.name)}" for a in bag.aggregates)
+        keys = ", ".join(q(k) for k in answer.keys)
+        if answer.keys:
+            on = " AND ".join(f"m.{q(k)} <=> {bag.alias}.{q(k)}" for k in answer.keys)
+            sql += (f"\nLEFT JOIN (SELECT {keys}, {aggs} FROM {views[bag.table]} GROUP BY {keys})"
+                    f" AS {bag.alias} ON {on}")
+        else:
+            sql += f"\nCROSS JOIN (SELECT {aggs} FROM {views[bag.table]}) AS {bag.alias}"
+    if answer.explode is not None:
+        sql += (f"\nLATERAL VIEW explode(sequence(CAST(1 AS BIGINT), "
+                f"{answer.explode.render(SPARK)})) AS `_copy`")
+    if answer.having is not None:
+        sql += f"\nWHERE {answer.having.render(SPARK)}"
+    if answer.order:
+        sql += "\nORDER BY " + ", ".join(_sort_key(k) for k in answer.order)
+    if answer.limit is not None:
+        sql += f"\nLIMIT {answer.limit}"
+    if answer.offset:
+        sql += f"\nOFFSET {answer.offset}"
+    return sql
+
+
+def _sort_key(key: SortKey) -> str:
+    return (f"{key.expr.render(SPARK)} {'DESC' if key.descending else 'ASC'} "
+            f"NULLS {'FIRST' if key.nulls_first else 'LAST'}")
