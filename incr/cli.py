@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
+from incr.config import settings
 from incr.errors import IncrError
 
 
@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``incr`` console script."""
     parser = _parser()
     args = parser.parse_args(argv)
+    _logging(args.verbose)
     try:
         return args.func(args)
     except IncrError as e:
@@ -29,9 +30,25 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _logging(verbose: int) -> None:
+    """Sends the ``incr`` loggers to stderr: INCR_LOG_LEVEL (WARNING), or INFO/DEBUG with -v/-vv."""
+    import logging
+
+    level = {0: settings().log_level.upper(), 1: "INFO"}.get(verbose, "DEBUG")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger("incr")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="incr", description="Maintain SQL views incrementally "
                                 "on Spark and Delta Lake.")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log what runs: -v per batch and view (engine, rows, state rows touched, "
+                        "seconds) and every engine decision; -vv also debug detail")
     sub = p.add_subparsers(dest="command", required=True)
 
     def program_arg(sp: argparse.ArgumentParser) -> None:
@@ -39,10 +56,10 @@ def _parser() -> argparse.ArgumentParser:
 
     def paths(sp: argparse.ArgumentParser, landing: bool = True) -> None:
         if landing:
-            sp.add_argument("--landing", default=os.environ.get("INCR_LANDING"),
+            sp.add_argument("--landing", default=settings().landing,
                             help="landing folder: LANDING/<table>/ and LANDING/<table>/_deletes/ "
                                  "(default $INCR_LANDING)")
-        sp.add_argument("--warehouse", default=os.environ.get("INCR_WAREHOUSE"),
+        sp.add_argument("--warehouse", default=settings().warehouse,
                         help="warehouse folder for state, answers and the ledger "
                              "(default $INCR_WAREHOUSE)")
 

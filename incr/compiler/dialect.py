@@ -8,6 +8,8 @@ runtime executes is written in Spark's.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sqlglot import exp
 
 #: The dialect a :class:`~incr.compiler.scalar.Scalar`'s text is kept in.
@@ -21,6 +23,29 @@ ROW_COUNT = "_n"
 BUCKET = "_bucket"
 #: Column of signed multiplicities in a change set (+n: n copies in, -n: n copies out).
 WEIGHT = "_w"
+
+
+class Bucket(NamedTuple):
+    """A hash bucket a query computes: ``column = pmod(xxhash64(theta...), buckets)``.
+
+    ``theta`` are the query's own output columns, hashed with Spark's types (the driver-side
+    engine computes it after casting its result to them).
+    """
+
+    column: str
+    theta: tuple[str, ...]
+    buckets: int
+
+
+class Query(NamedTuple):
+    """A query as the compiler hands it to the runtime.
+
+    Spark SQL text, and what the compiler knows about it that an engine may need (the hash
+    bucket it computes), so no engine parses the text to find it out.
+    """
+
+    sql: str
+    bucket: Bucket | None = None
 
 
 def vanished(count: str) -> str:

@@ -30,11 +30,13 @@ from incr.algebra.monoids import Count, Monoid
 from incr.compiler.dialect import BUCKET as BUCKET
 from incr.compiler.dialect import ROW_COUNT as ROW_COUNT
 from incr.compiler.dialect import WEIGHT as WEIGHT
+from incr.compiler.dialect import Bucket as Bucket
+from incr.compiler.dialect import Query as Query
 from incr.compiler.dialect import live as live
 from incr.compiler.dialect import vanished as vanished
 from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named, Rel, SortKey, reads_directly
 from incr.compiler.program import Column, TableDecl
-from incr.compiler.queries import render_answer, render_h, render_stage_delta
+from incr.compiler.queries import h_bucket, render_answer, render_h, render_stage_delta
 from incr.compiler.scalar import Scalar
 
 if TYPE_CHECKING:
@@ -443,8 +445,12 @@ class IncrementalPlan:
 
     def h_sql(self, table: str, batch_view: str) -> str:
         """Spark SQL computing h for ``table`` over the rows registered as ``batch_view``."""
+        return self.h_query(table, batch_view).sql
+
+    def h_query(self, table: str, batch_view: str) -> Query:
+        """H for ``table`` over ``batch_view``, with the bucket it computes (:class:`Query`)."""
         hq = next(q for q in self.h if q.table.name == table)
-        return render_h(hq, batch_view)
+        return Query(render_h(hq, batch_view), h_bucket(hq))
 
     def answer_sql(self, state_views: dict[str, str]) -> str:
         """Spark SQL computing a(state) from state tables registered under ``state_views``."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from itertools import combinations
 from typing import TYPE_CHECKING
 
-from incr.compiler.dialect import BUCKET, ROW_COUNT, SPARK, WEIGHT, q
+from incr.compiler.dialect import BUCKET, ROW_COUNT, SPARK, WEIGHT, Bucket, q
 from incr.compiler.dialect import live as plan_live
 from incr.compiler.ir import AntiJoin, Branch, EquiJoin, JoinInput, SortKey
 from incr.compiler.program import Column
@@ -32,6 +32,14 @@ def bucket_expression(columns: tuple[str, ...], buckets: int) -> str:
     if not columns or buckets == 1:
         return "CAST(0 AS INT)"
     return f"CAST(pmod(xxhash64({', '.join(q(c) for c in columns)}), {buckets}) AS INT)"
+
+
+def h_bucket(hq: HQuery) -> Bucket | None:
+    """The bucket ``render_h`` computes by hashing (None: the constant 0 of one bucket)."""
+    columns = hq.table.bucket_columns
+    if not columns or hq.buckets == 1:
+        return None
+    return Bucket(BUCKET, columns, hq.buckets)
 
 
 def render_h(hq: HQuery, batch_view: str) -> str:

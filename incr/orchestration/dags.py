@@ -17,11 +17,12 @@ processor parses it often, and Spark, Delta and the compiler load inside the tas
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from pathlib import Path
 
 from airflow.sdk import DAG, Param, dag, task
+
+from incr.config import settings
 
 _SCHEDULE = re.compile(r"^\s*--\s*incr\s*:\s*schedule\s*=\s*(?P<value>\S.*?)\s*$", re.IGNORECASE)
 _VIEW = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:IF\s+NOT\s+EXISTS\s+)?"
@@ -94,8 +95,9 @@ def program_dags(sql_dir: Path, landing: str | None = None, warehouse: str | Non
     beside ``sql_dir``; both can be overridden per run (DAG params).
     """
     base = sql_dir.resolve().parent / "data"
-    landing = landing or os.environ.get("INCR_LANDING") or str(base / "landing")
-    warehouse = warehouse or os.environ.get("INCR_WAREHOUSE") or str(base / "warehouse")
+    config = settings()
+    landing = landing or config.landing or str(base / "landing")
+    warehouse = warehouse or config.warehouse or str(base / "warehouse")
     out: dict[str, DAG] = {}
     for program in sorted(sql_dir.rglob("*.sql")):
         d = program_dag(program, landing, warehouse)

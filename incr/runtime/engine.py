@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 
+from incr.compiler.dialect import Query
 from incr.config import Settings, settings
 
 if TYPE_CHECKING:
@@ -66,11 +67,11 @@ class Engine(abc.ABC):
         """Registers the current version of the Delta table at ``path`` as ``name``."""
 
     @abc.abstractmethod
-    def view(self, name: str, sql: str, cache: bool = False) -> str:
+    def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
         """Defines ``name`` as the (Spark SQL) query ``sql``; ``cache`` when read repeatedly."""
 
     @abc.abstractmethod
-    def collect(self, sql: str, schema: pa.Schema | None = None) -> pa.Table:
+    def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         """The rows of ``sql`` on the driver; ``schema`` is the table they are written to.
 
         The driver casts its result to ``schema`` (and fills ``_bucket`` as Spark would);
@@ -80,6 +81,11 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Drops every name this engine registered."""
+
+
+def as_query(sql: Query | str) -> Query:
+    """A compiled query, or plain Spark SQL that computes no bucket, as a :class:`Query`."""
+    return sql if isinstance(sql, Query) else Query(sql)
 
 
 class Engines:

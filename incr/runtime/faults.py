@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 
+from incr.config import settings
+
 CRASH_EXIT = 86
 
 
 def crash_point(name: str, batch: int) -> None:
     """Exits the process if ``INCR_CRASH_AT`` names this point and batch."""
-    spec = os.environ.get("INCR_CRASH_AT")
+    spec = settings().crash_at
     if spec and spec == f"{name}:{batch}":
         os._exit(CRASH_EXIT)

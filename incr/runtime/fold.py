@@ -38,7 +38,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from incr.compiler.plan import IncrementalPlan, StagePlan, StateTable
+import pyarrow as pa
+
+from incr.compiler.plan import IncrementalPlan, Query, StagePlan, StateTable
 from incr.compiler.sqlgen import (
     delta_sign,
     render_all,
@@ -98,13 +100,13 @@ class Fold:
         self._prefix = f"incr_{plan.view}_"
 
     # -- naming results on the engine ---------------------------------------------------------
-    def _view(self, name: str, sql: str, cache: bool = False) -> str:
+    def _view(self, name: str, sql: Query | str, cache: bool = False) -> str:
         return self.engine.view(self._prefix + name, sql, cache)
 
     def _state(self, table: str) -> str:
         return self.engine.delta(f"{self._prefix}state_{table}", self.state.path(table))
 
-    def _collect(self, sql: str, table: str):
+    def _collect(self, sql: Query | str, table: str) -> pa.Table:
         return self.engine.collect(sql, self.state.schema(table))
 
     # -- the batch ---------------------------------------------------------------------------
@@ -161,7 +163,7 @@ class Fold:
                 self._combine_merge(stage, pending, delta, batch, outbox)
         for table in pending_sides:
             t0 = time.perf_counter()
-            rows = self._collect(self.plan.h_sql(table.name, changes[table.side_of][0]), table.name)
+            rows = self._collect(self.plan.h_query(table.name, changes[table.side_of][0]), table.name)
             t1 = time.perf_counter()
             spec = next(s for s in stage.signed if s.table == table.name)
             touched = self.state.merge(table, spec, rows, batch, SIGNED)
@@ -204,8 +206,8 @@ class Fold:
         """A streaming stage's output changes: h(Δ⁺) gained, h(Δ⁻) lost (no state read)."""
         main = stage.main_tables[0]
         plus, minus = self._split(delta, stage)
-        gained = self._view(f"hp_{main.name}", self.plan.h_sql(main.name, plus))
-        lost = self._view(f"hn_{main.name}", self.plan.h_sql(main.name, minus))
+        gained = self._view(f"hp_{main.name}", self.plan.h_query(main.name, plus))
+        lost = self._view(f"hn_{main.name}", self.plan.h_query(main.name, minus))
         return render_output_change(stage, {main.name: lost}, {main.name: gained})
 
     def _fast_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
@@ -218,7 +220,7 @@ class Fold:
         for table in pending:
             faults.crash_point("view.before_merge", batch)
             t0 = time.perf_counter()
-            h = self._collect(self.plan.h_sql(table.name, rows), table.name)
+            h = self._collect(self.plan.h_query(table.name, rows), table.name)
             t1 = time.perf_counter()
             touched = self.state.merge(table, specs[table.name], h, batch,
                                        DELETE if sign < 0 else INSERT)
@@ -239,8 +241,8 @@ class Fold:
         main = stage.main_tables[0]
         touched_keys = ""
         for table in stage.main_tables:
-            hp = self._view(f"hp_{table.name}", self.plan.h_sql(table.name, plus), cache=True)
-            hn = self._view(f"hn_{table.name}", self.plan.h_sql(table.name, minus), cache=True)
+            hp = self._view(f"hp_{table.name}", self.plan.h_query(table.name, plus), cache=True)
+            hn = self._view(f"hn_{table.name}", self.plan.h_query(table.name, minus), cache=True)
             if table is main:
                 touched_keys = self._view(f"touched_{stage.name}",
                                           render_touched_keys(table, hp, hn), cache=True)

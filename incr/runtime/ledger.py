@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from incr.config import LEDGER_COMPACT_FILES
 from incr.runtime.landing import LandedFile, sha256_of
 from incr.runtime.store import DeltaStore
 
@@ -48,7 +49,6 @@ class Batch:
         return f"batch {self.seq} ({self.path})"
 
 
-COMPACT_AFTER_FILES = 64
 _EVENT_ORDER = ["register", "refresh", "skip"]
 
 
@@ -57,8 +57,8 @@ class Ledger:
 
     A run asks the ledger several things (known paths, next number, live batches); the
     events are read once per table version and kept.  Every append adds a file, so the log
-    is rewritten as one file once it has more than ``COMPACT_AFTER_FILES``: a program that
-    has run for a year reads one file, not thousands.
+    is rewritten as one file once it has more than ``LEDGER_COMPACT_FILES``
+    (:mod:`incr.config`): a program that has run for a year reads one file, not thousands.
     """
 
     def __init__(self, store: DeltaStore, path: Path):
@@ -139,4 +139,4 @@ class Ledger:
     def _append(self, rows: list[dict]) -> None:
         self.store.write(self.path, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="append",
                          batch=None, description="incr batch ledger (append-only event log)")
-        self.store.compact(self.path, ("seq",), COMPACT_AFTER_FILES)
+        self.store.compact(self.path, ("seq",), LEDGER_COMPACT_FILES)

@@ -34,8 +34,9 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from incr.compiler.dialect import Bucket, Query
 from incr.runtime import sparkhash
-from incr.runtime.engine import DRIVER, Engine, NotLocal, per_engine
+from incr.runtime.engine import DRIVER, Engine, NotLocal, as_query, per_engine
 
 if TYPE_CHECKING:
     from incr.runtime.store import DeltaStore
@@ -59,57 +60,45 @@ _NUMERIC = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.S
 
 @dataclass(frozen=True)
 class Prepared:
-    """A Spark query as DuckDB runs it, and how to fill in ``_bucket`` afterwards."""
+    """A Spark query as DuckDB runs it, and the bucket to fill in afterwards."""
 
     sql: str
-    bucket: tuple[str, tuple[str, ...], int] | None = None  # (output column, θ columns, n)
+    bucket: Bucket | None = None
 
 
-def _bucket_call(node: exp.Expression) -> tuple[tuple[str, ...], int] | None:
-    """θ and n of ``CAST(pmod(xxhash64(θ…), n) AS INT)``, or None for anything else."""
-    if not isinstance(node, (exp.Cast, exp.TryCast)) or not node.to.is_type(exp.DataType.Type.INT):
-        return None
-    pmod = node.this
-    if not (isinstance(pmod, exp.Anonymous) and pmod.name.lower() == "pmod"
-            and len(pmod.expressions) == 2):
-        return None
-    call, count = pmod.expressions
-    if not (isinstance(call, exp.Anonymous) and call.name.lower() == "xxhash64"
-            and isinstance(count, exp.Literal) and not count.is_string
-            and all(isinstance(c, exp.Column) and not c.table for c in call.expressions)):
-        return None
-    return tuple(c.name for c in call.expressions), int(count.this)
-
-
-def prepare(spark_sql: str) -> Prepared | None:
-    """The DuckDB form of ``spark_sql``, or None when it uses anything outside the safe set."""
-    found = _prepare(spark_sql)
+def prepare(query: Query | str) -> Prepared | None:
+    """The DuckDB form of a query, or None when it uses anything outside the safe set."""
+    query = as_query(query)
+    found = _prepare(query.sql, query.bucket)
     return found if isinstance(found, Prepared) else None
 
 
 @per_engine("compiled SQL", DRIVER)
 @lru_cache(maxsize=512)
-def _prepare(spark_sql: str) -> Prepared | str:
-    """:func:`prepare`, or the reason it is refused (for the log)."""
+def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
+    """:func:`prepare`, or the reason it is refused (for the log).
+
+    The compiler says which output column is a hash bucket (``bucket``); DuckDB computes 0
+    there and :mod:`~incr.runtime.sparkhash` the real value after the cast to Spark's types.
+    """
     try:
         tree = sqlglot.parse_one(spark_sql, read="spark")
     except sqlglot.errors.ParseError as e:
         return f"sqlglot cannot parse the query ({str(e).splitlines()[0]})"
-    bucket = None
-    if isinstance(tree, exp.Select):
-        for i, proj in enumerate(tree.expressions):
-            if isinstance(proj, exp.Alias) and (found := _bucket_call(proj.this)) is not None:
-                if bucket is not None:
-                    return "it hashes two bucket columns"
-                bucket = (proj.alias, *found)
-                tree.expressions[i].set("this", exp.cast(exp.Literal.number(0), "INT"))
+    if bucket is not None:
+        projections = tree.expressions if isinstance(tree, exp.Select) else []
+        at = [i for i, p in enumerate(projections)
+              if isinstance(p, exp.Alias) and p.alias == bucket.column]
+        if len(at) != 1:
+            return f"it has no single column {bucket.column} to hash"
+        projections[at[0]].set("this", exp.cast(exp.Literal.number(0), "INT"))
     for node in tree.walk():
         if not isinstance(node, _ALLOWED):
             name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__
             return f"it uses {name}, outside the driver-side set"
         if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in _NUMERIC:
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
-    if bucket is not None and not all(c in tree.named_selects for c in bucket[1]):
+    if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
 
@@ -126,7 +115,7 @@ class LocalSql:
         self._con.execute("SET threads TO 2")
         self.queries = 0  # how many ran here (tests and benchmarks read it)
 
-    def query(self, spark_sql: str, tables: dict[str, pa.Table],
+    def query(self, spark_sql: Query | str, tables: dict[str, pa.Table],
               schema: pa.Schema) -> pa.Table | None:
         """Runs ``spark_sql`` over ``tables`` (name → rows), cast to ``schema``; None: use Spark."""
         engine = DriverEngine(self)
@@ -139,11 +128,11 @@ class LocalSql:
         finally:
             engine.close()
 
-    def _run(self, spark_sql: str, schema: pa.Schema) -> pa.Table:
-        """The query's rows cast to ``schema`` with ``_bucket`` filled in; NotLocal says why not."""
+    def _run(self, query: Query, schema: pa.Schema) -> pa.Table:
+        """The query's rows cast to ``schema`` with its bucket filled in; NotLocal says why not."""
         import duckdb
 
-        prepared = _prepare(spark_sql)
+        prepared = _prepare(query.sql, query.bucket)
         if isinstance(prepared, str):
             raise NotLocal(prepared)
         try:
@@ -203,16 +192,17 @@ class DriverEngine(Engine):
                            f"{self.sql.max_state_rows}")
         return self.table(name, self.store.read(path))
 
-    def view(self, name: str, sql: str, cache: bool = False) -> str:
+    def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
         """Defines ``name`` as the query; a query that hashes a bucket is left to Spark (the
         bucket needs the Spark types of a result, which only :meth:`collect` knows)."""
         import duckdb
 
-        prepared = _prepare(sql)
+        query = as_query(sql)
+        if query.bucket is not None:
+            raise NotLocal(f"{name}: it hashes a bucket outside a collected result")
+        prepared = _prepare(query.sql, None)
         if isinstance(prepared, str):
             raise NotLocal(f"{name}: {prepared}")
-        if prepared.bucket is not None:
-            raise NotLocal(f"{name}: it hashes a bucket outside a collected result")
         try:
             self.sql._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {prepared.sql}')
         except duckdb.Error as e:
@@ -220,10 +210,10 @@ class DriverEngine(Engine):
         self._views.append(name)
         return name
 
-    def collect(self, sql: str, schema: pa.Schema | None = None) -> pa.Table:
+    def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         if schema is None:
             raise NotLocal("the result has no target table to take its types from")
-        return self.sql._run(sql, schema)
+        return self.sql._run(as_query(sql), schema)
 
     def close(self) -> None:
         for name in reversed(self._views):

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from incr.compiler.program import TableDecl
+from incr.config import ROW_INDEX_COMPACT_FILES, SHOW_BAD_ROWS
 from incr.errors import InputError, Location
 from incr.runtime import sparkhash
 from incr.runtime.engine import DRIVER, SPARK, NotLocal, per_engine
@@ -39,8 +40,6 @@ if TYPE_CHECKING:
 
 _SCHEMA = pa.schema([("h1", pa.int64()), ("h2", pa.int64()), ("n", pa.int64())])
 _SALT = "incr-row-index"
-COMPACT_AFTER_FILES = 32
-SHOW_BAD_ROWS = 3
 
 
 @dataclass
@@ -220,7 +219,7 @@ class RowIndex:
 
     def _maybe_compact(self) -> bool:
         dt = self.store.table(self.path)
-        if len(dt.file_uris()) <= COMPACT_AFTER_FILES:
+        if len(dt.file_uris()) <= ROW_INDEX_COMPACT_FILES:
             return False
         data = dt.to_pyarrow_table()
         folded = data.group_by(["h1", "h2"]).aggregate([("n", "sum")]).rename_columns(

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from incr.compiler.dialect import Query
 from incr.config import settings
-from incr.runtime.engine import SPARK, Engine, per_engine
+from incr.runtime.engine import SPARK, Engine, as_query, per_engine
 from incr.runtime.store import DeltaStore
 
 if TYPE_CHECKING:
@@ -111,11 +112,11 @@ class SparkEngine(Engine):
         return self.frame(name, read_delta(self.spark, self.store, str(path)))
 
     @per_engine("compiled SQL", SPARK)
-    def view(self, name: str, sql: str, cache: bool = False) -> str:
-        return self.frame(name, self.spark.sql(sql), cache)
+    def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
+        return self.frame(name, self.spark.sql(as_query(sql).sql), cache)
 
-    def collect(self, sql: str, schema: pa.Schema | None = None) -> pa.Table:
-        return self.spark.sql(sql).toArrow()
+    def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
+        return self.spark.sql(as_query(sql).sql).toArrow()
 
     def close(self) -> None:
         for name in self._names:

@@ -614,7 +614,11 @@ def check_program(spark, tmp_path_factory, family: str, program, data) -> None:
     compiled = compile_text(text, path=f"{family}.sql", name=family)
     root = tmp_path_factory.mktemp(family)
     landing, warehouse = root / "landing", root / "warehouse"
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    # Driver-side engine for every batch, for none, or only for batches of at most 5 rows (so
+    # state written by one engine is read and merged by the other).
+    local_rows = data.draw(st.sampled_from([0, 5, 200_000]), label="local rows")
+    event(f"driver-side engine for batches of at most {local_rows} rows")
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
     rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="rows seed"))
     read = sorted(set().union(*reads.values()))
     # Every source first gets an insert batch (in random order), then random batches follow.

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from incr.compiler import compile_text
+from incr.compiler.dialect import Query
 from incr.runtime.local import LocalSql, prepare
 
 PROGRAM = """-- incr: buckets = 8
@@ -17,9 +18,9 @@ CREATE VIEW widened AS SELECT d * 2 AS dd, x + 1 AS x1, COUNT(*) AS n FROM s GRO
 """
 
 
-def _h_sql(compiled, view: str) -> str:
+def _h_sql(compiled, view: str) -> Query:
     plan = next(p for p in compiled.plans if p.view == view)
-    return plan.h_sql(plan.main_tables[0].name, "batch")
+    return plan.h_query(plan.main_tables[0].name, "batch")
 
 
 def test_prepare_takes_plain_aggregates_and_refuses_other_functions():
@@ -50,7 +51,7 @@ def test_query_equals_spark_h_buckets_and_types_included(spark, view):
         "_row": pa.array(range(1, n + 1), pa.int64()),
     })
     spark.createDataFrame(batch).createOrReplaceTempView("batch")
-    expected = spark.sql(sql).toArrow()
+    expected = spark.sql(sql.sql).toArrow()
     schema = pa.schema([f.with_nullable(True) for f in expected.schema])
     engine = LocalSql()
     got = engine.query(sql, {"batch": batch}, schema)
