@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from incr.config import LEDGER_COMPACT_FILES as COMPACT_AFTER_FILES
 from incr.runtime.landing import LandedFile
-from incr.runtime.ledger import COMPACT_AFTER_FILES, Ledger
+from incr.runtime.ledger import Ledger
 from incr.runtime.store import DeltaStore
 
 
