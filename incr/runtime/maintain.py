@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
@@ -28,12 +27,8 @@ from incr.runtime.answer import AnswerTable
 from incr.runtime.engine import DRIVER, SPARK, Engines, NotLocal
 from incr.runtime.fold import Fold, ViewMetrics
 from incr.runtime.landing import DELETE
-from incr.runtime.local import LocalSql
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 __all__ = ["ViewMetrics", "ViewRuntime"]
 
@@ -51,16 +46,6 @@ class ViewRuntime:
         self.view_root = self.state.view_root
         self.state_root = self.state.root
         self.answer_path = self.answer.path
-
-    @property
-    def spark(self) -> SparkSession:
-        """The run's SparkSession (started on first use)."""
-        return self.engines.spark
-
-    @property
-    def local(self) -> LocalSql | None:
-        """The driver-side engine, when enabled."""
-        return self.engines.local
 
     def table_path(self, table: str) -> Path:
         return self.state.path(table)

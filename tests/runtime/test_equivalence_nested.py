@@ -42,10 +42,12 @@ import os
 import random
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from incr.compiler import compile_text
+from incr.errors import NotIncrementalizableError
 from incr.runtime.pipeline import Pipeline
 from tests.runtime.test_equivalence import JOIN_SCHEMAS, JOIN_TABLES, check_join_answers, land_join_batch
 
@@ -405,8 +407,6 @@ IN_EXISTS = [
         ("b.k IN (SELECT k FROM a GROUP BY k HAVING COUNT(*) > 1)", {"a"}),
         ("b.h IN (SELECT c.h FROM c WHERE c.w > 2)", {"c"}),
         ("NOT EXISTS (SELECT 1 FROM c WHERE c.h = b.h)", {"c"}),
-        ("EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h)", set()),
-        ("NOT EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.v > b.v)", set()),
     ], {"b"}),
     ("a", cols_of("a"), [
         ("a.k IN (SELECT b.k FROM b WHERE b.h = 'm')", {"b"}),
@@ -425,6 +425,21 @@ IN_EXISTS = [
         ("b.h IN (SELECT c.h FROM c WHERE c.w < 3)", {"c"}),
     ], {"a", "b"}),
 ]
+
+
+# Correlations that are not equalities are refused today (they join the generator above once
+# they are supported, issue 20); they were listed there but never drawn until the draws moved.
+REFUSED_CORRELATIONS = [
+    "EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h)",
+    "NOT EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.v > b.v)",
+]
+
+
+def test_non_equality_correlations_are_refused_by_name():
+    for predicate in REFUSED_CORRELATIONS:
+        text = f"{HEADER}{JOIN_TABLES}\nCREATE VIEW n0 AS SELECT SUM(b.k) AS a0 FROM b WHERE {predicate};\n"
+        with pytest.raises(NotIncrementalizableError, match="correlation is not an equality"):
+            compile_text(text, path="refused.sql", name="refused")
 
 
 @st.composite

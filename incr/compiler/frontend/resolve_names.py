@@ -147,6 +147,21 @@ def select_items(tree: exp.Select, source: TableDecl) -> Items:
     return items
 
 
+def _position(scope: Scope, node: exp.Expr, items: int, clause: str) -> int | None:
+    """The 0-based SELECT item a position (``GROUP BY 2``) names; None when ``node`` is not one.
+
+    Raises:
+        CompileError: for a position outside the SELECT list.
+    """
+    if not (isinstance(node, exp.Literal) and node.is_int):
+        return None
+    pos = int(node.this)
+    if not 1 <= pos <= items:
+        raise scope.error(f"{clause} position {pos} is out of range "
+                          f"(the SELECT list has {items} items)", node)
+    return pos - 1
+
+
 def group_by_key(scope: Scope, node: exp.Expr, items: Items, table: TableDecl) -> exp.Expr:
     """What a GROUP BY item stands for: a position or a SELECT alias is the SELECT item.
 
@@ -156,12 +171,9 @@ def group_by_key(scope: Scope, node: exp.Expr, items: Items, table: TableDecl) -
     Raises:
         CompileError: for a position outside the SELECT list.
     """
-    if isinstance(node, exp.Literal) and node.is_int:
-        pos = int(node.this)
-        if not 1 <= pos <= len(items):
-            raise scope.error(f"GROUP BY position {pos} is out of range "
-                              f"(the SELECT list has {len(items)} items)", node)
-        return items[pos - 1][1]
+    pos = _position(scope, node, len(items), "GROUP BY")
+    if pos is not None:
+        return items[pos][1]
     if isinstance(node, exp.Column) and table.column(node.name) is None:
         return dict(items)[node.name]
     return node
@@ -188,12 +200,9 @@ def order_by_target(scope: Scope, node: exp.Expr, outputs: Sequence[str]) -> int
     Raises:
         CompileError: for a position outside the SELECT list.
     """
-    if isinstance(node, exp.Literal) and node.is_int:
-        pos = int(node.this)
-        if not 1 <= pos <= len(outputs):
-            raise scope.error(f"ORDER BY position {pos} is out of range "
-                              f"(the SELECT list has {len(outputs)} items)", node)
-        return pos - 1
+    pos = _position(scope, node, len(outputs), "ORDER BY")
+    if pos is not None:
+        return pos
     by_alias = {name.lower(): i for i, name in enumerate(outputs)}
     if isinstance(node, exp.Column) and node.name.lower() in by_alias and not node.table:
         return by_alias[node.name.lower()]
