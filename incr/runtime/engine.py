@@ -107,11 +107,6 @@ class Engines:
 
     # -- the engines -----------------------------------------------------------------------
     @property
-    def spark_started(self) -> bool:
-        """Whether this run has a SparkSession yet."""
-        return self._spark is not None
-
-    @property
     def spark(self) -> SparkSession:
         """The SparkSession, started on first use."""
         if self._spark is None:

@@ -105,7 +105,6 @@ class ViewRuntime:
             return  # committed everywhere (and outboxes may have moved on to later numbers)
         subject = f"batch {batch} of {source} into view {self.plan.view}"
         rows = arrow.num_rows if arrow is not None else None
-        metrics.rows_in = rows if rows is not None else metrics.rows_in
         if self.engines.choose("fold", subject, rows=rows,
                                blocker=self._driver_blocker(reached, sign)) == DRIVER:
             assert arrow is not None

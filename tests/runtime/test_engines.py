@@ -36,8 +36,7 @@ from incr.runtime.store import DeltaStore
 REPO = Path(__file__).resolve().parents[2]
 RUNTIME = REPO / "incr" / "runtime"
 #: Functions named like per-engine code that implement no semantic rule.
-NOT_RULES = {"spark_session": "starts the SparkSession",
-             "spark_started": "says whether Spark started"}
+NOT_RULES = {"spark_session": "starts the SparkSession"}
 PER_ENGINE_NAME = re.compile(r"^_?(local|spark)_")
 
 
