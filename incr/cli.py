@@ -124,6 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-profile", action="store_true", help="skip the profiled extra increment")
     sp.add_argument("--keep-work", action="store_true",
                     help="keep the landing, warehouse and peer folders under OUT/NAME-work")
+    sp.add_argument("--groups", type=int, default=None,
+                    help="groupby, joingroupby: draw the group key (and join key) from "
+                         "[0, GROUPS) instead of [0, 10000], so state and answer grow with "
+                         "the data (e.g. 250000 at 1M rows)")
     sp.add_argument("--nodes", type=int, default=None,
                     help="pagerank: node ids of the initial graph (default 5000)")
     sp.add_argument("--new-nodes", type=int, default=None,
@@ -272,7 +276,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                      increments=args.increments, deletes=args.deletes, check=args.check,
                      peer=not args.no_peer, profile=not args.no_profile,
                      keep_work=args.keep_work, append_only=args.append_only,
-                     command="incr " + " ".join(sys.argv[1:]))
+                     groups=args.groups, command="incr " + " ".join(sys.argv[1:]))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

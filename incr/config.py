@@ -12,6 +12,7 @@ the environment.
 | INCR_LOCAL_ROWS         | 200000    | largest batch the driver-side engine may take (0: Spark only)     |
 | INCR_LOCAL_STATE_ROWS   | 1000000   | largest state/side table the driver-side engine reads             |
 | INCR_LOCAL_INDEX_ROWS   | 5000000   | largest row index the driver checks deletes against               |
+| INCR_ANSWER_BY_CHANGE   | 1         | 0: rewrite every answer whole, even where it could follow by change |
 | INCR_SPARK_MASTER       | local[2]  | Spark master URL                                                  |
 | INCR_SPARK_CONF         | (none)    | extra Spark settings, ``key=value,key=value``                     |
 | INCR_LOCK_WAIT_S        | 30        | seconds a task waits for a short shared lock (the ledger's)       |
@@ -28,6 +29,8 @@ from dataclasses import dataclass, field, fields
 #: Merges add a file per touched bucket; a state table is rewritten sorted once it holds
 #: more than this many files per bucket (of its own bucket count).
 COMPACT_FILES_PER_BUCKET = 4
+#: An answer maintained by change is rewritten sorted once its MERGEs left this many files.
+ANSWER_COMPACT_FILES = 32
 #: The row index's log of +/- counts is folded once it holds more files than this.
 ROW_INDEX_COMPACT_FILES = 32
 #: The ledger's event log is folded once it holds more files than this.
@@ -52,6 +55,7 @@ class Settings:
     local_rows: int = field(default=200_000, metadata={"env": "INCR_LOCAL_ROWS"})
     local_state_rows: int = field(default=1_000_000, metadata={"env": "INCR_LOCAL_STATE_ROWS"})
     local_index_rows: int = field(default=5_000_000, metadata={"env": "INCR_LOCAL_INDEX_ROWS"})
+    answer_by_change: bool = field(default=True, metadata={"env": "INCR_ANSWER_BY_CHANGE"})
     spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})
     lock_wait_s: float = field(default=30.0, metadata={"env": "INCR_LOCK_WAIT_S"})
@@ -67,7 +71,11 @@ class Settings:
             raw = environ.get(f.metadata["env"])
             if raw is None or raw == "":
                 continue
-            if f.type in ("int", int):
+            if f.type in ("bool", bool):
+                if raw not in ("0", "1"):
+                    raise ValueError(f"{f.metadata['env']} must be 0 or 1, not {raw!r}")
+                values[f.name] = raw == "1"
+            elif f.type in ("int", int):
                 values[f.name] = _int(raw, f.metadata["env"])
             elif f.type in ("float", float):
                 values[f.name] = float(raw)

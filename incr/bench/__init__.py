@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from incr.bench.iterative import is_iterative
-from incr.bench.machine import machine_info
+from incr.bench.machine import machine_info, peak_memory_mb
 from incr.bench.plot import plot, title
 from incr.bench.results import IncrementRow, markdown, write_csv
 from incr.bench.runner import Series, run_series
@@ -60,7 +60,8 @@ def run_bench(name: str, out: Path, initial: int | None = None,
               deletes: bool = False, check: bool = False, peer: bool = True,
               profile: bool = True, keep_work: bool = False, append_only: bool = False,
               warm_up: bool = True, spark: SparkSession | None = None,
-              log: TextIO | None = sys.stdout, command: str | None = None) -> int:
+              log: TextIO | None = sys.stdout, command: str | None = None,
+              groups: int | None = None) -> int:
     """Runs benchmark ``name`` for every increment size; writes the outputs; returns the exit code.
 
     A tiny unrecorded series first warms the JVM up (``warm_up``), so every size starts alike.
@@ -106,7 +107,7 @@ def run_bench(name: str, out: Path, initial: int | None = None,
     for size in sizes:
         work = out / f"{label}-work" / f"size-{size}"
         all_series.append(run_series(spark, workload, label, work, initial, size, increments,
-                                     deletes, check, peer, profile, log, append_only))
+                                     deletes, check, peer, profile, log, append_only, groups))
         if not keep_work:
             shutil.rmtree(work, ignore_errors=True)
     if not keep_work:
@@ -119,7 +120,8 @@ def run_bench(name: str, out: Path, initial: int | None = None,
     meta = {
         "benchmark": label, "command": command, "initial_rows": initial,
         "sizes": list(sizes), "increments": increments, "deletes": deletes, "check": check,
-        "append_only": append_only,
+        "append_only": append_only, "groups": groups,
+        "peak_memory_mb": peak_memory_mb(spark),
         "machine": before, "load_after": machine_info(spark)["loadavg"],
         "peer": {str(s.size): {"checked": s.peer_checked, "same_answer": s.peer_diff is None,
                                "diff": s.peer_diff, "last_trigger_ms": s.peer_durations}

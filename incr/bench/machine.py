@@ -62,3 +62,29 @@ def machine_info(spark: SparkSession) -> dict:
         "spark_sql_shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
         "loadavg": list(os.getloadavg()),
     }
+
+
+def peak_memory_mb(spark: SparkSession | None = None) -> dict[str, float | None]:
+    """Peak resident memory so far of this (Python) process and of Spark's driver JVM, in MiB.
+
+    The JVM is a child process (the Py4J gateway); its high-water mark is read from
+    ``/proc/<pid>/status`` (VmHWM), None where that is not available.
+    """
+    import resource
+
+    out: dict[str, float | None] = {
+        "python": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "jvm": None}
+    try:
+        pid = spark.sparkContext._gateway.proc.pid if spark is not None else None  # type: ignore[union-attr]
+    except AttributeError:
+        pid = None
+    if pid:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        out["jvm"] = round(int(line.split()[1]) / 1024, 1)
+        except OSError:
+            pass
+    return out

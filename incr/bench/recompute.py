@@ -6,6 +6,9 @@ nothing), minus every delete file (``exceptAll``: bag difference, so a deleted r
 one copy); then the view's own SQL (transpiled to Spark's dialect) runs over those rows and
 its result is collected with ``.toArrow()``, like incr collects h.  Same SparkSession, same
 settings as incr and the peer.
+
+:func:`recompute_duckdb` does the same in DuckDB on the driver (2 threads), what a user on
+one machine would compare an increment with.
 """
 
 from __future__ import annotations
@@ -41,3 +44,27 @@ def recompute(spark: SparkSession, compiled: CompiledProgram, workload: Workload
         sql = sqlglot.transpile(plan.select, read=dialect, write="spark")[0]
         out[plan.view] = spark.sql(sql).toArrow()
     return out
+
+
+def recompute_duckdb(compiled: CompiledProgram, workload: Workload, landing: Path,
+                     done: list[Increment]) -> dict[str, pa.Table]:
+    """Every view of ``compiled`` over the rows live after ``done``, computed by DuckDB."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute("SET threads TO 2")
+        for stream in workload.streams:
+            inserts = [str(landing / s.files[stream.table]) for s in done if s.kind == INSERT]
+            deletes = [str(landing / s.files[stream.table]) for s in done if s.kind != INSERT]
+            cols = ", ".join(stream.columns)
+            sql = f"SELECT {cols} FROM read_parquet({inserts!r})"
+            if deletes:
+                sql += f" EXCEPT ALL SELECT {cols} FROM read_parquet({deletes!r})"
+            con.execute(f"CREATE VIEW {stream.table} AS {sql}")
+        dialect = compiled.program.options.dialect
+        return {plan.view: con.execute(sqlglot.transpile(plan.select, read=dialect,
+                                                         write="duckdb")[0]).to_arrow_table()
+                for plan in compiled.plans}
+    finally:
+        con.close()

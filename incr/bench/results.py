@@ -11,6 +11,8 @@ Columns (times in seconds, wall clock, on one SparkSession):
     one run applying both streams' batches).
 ``recompute_s``
     every view recomputed by Spark from all rows live after the step (inserts minus deletes).
+``duckdb_s``
+    the same recompute by DuckDB on the driver (2 threads).
 ``peer_s``
     the Structured Streaming peer's ``availableNow`` trigger for the step (see ``peer.py``).
 ``floor_s``
@@ -60,6 +62,7 @@ class IncrementRow:
     answer_rows: int = 0
     check: str = ""
     load1: float = 0.0
+    duckdb_s: float | None = None
 
     @property
     def speedup(self) -> float:

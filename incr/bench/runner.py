@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, TextIO
 from incr.bench.floor import floor_seconds
 from incr.bench.peer import StreamingPeer
 from incr.bench.profile import Profile, profile_run
-from incr.bench.recompute import recompute
+from incr.bench.recompute import recompute, recompute_duckdb
 from incr.bench.results import IncrementRow
 from incr.bench.workloads import Increment, Workload, land
 
@@ -71,7 +71,8 @@ def _breakdown(report: RunReport) -> dict[str, float]:
 
 def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, initial: int,
                size: int, increments: int, deletes: bool, check: bool, peer: bool,
-               profile: bool, log: TextIO | None, append_only: bool = False) -> Series:
+               profile: bool, log: TextIO | None, append_only: bool = False,
+               groups: int | None = None) -> Series:
     """Lands the data of one size in ``work`` and measures every step; see the module doc."""
     from incr.compiler import compile_text
     from incr.oracle import diff_answers
@@ -81,7 +82,8 @@ def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, 
 
     shutil.rmtree(work, ignore_errors=True)
     landing, warehouse = work / "landing", work / "warehouse"
-    steps = land(workload, landing, initial, size, increments, deletes, extra=1 if profile else 0)
+    steps = land(workload, landing, initial, size, increments, deletes, extra=1 if profile else 0,
+                 groups=groups)
     compiled = compile_text(workload.program_text(append_only), path=f"{workload.name}.sql",
                             name=workload.name)
     plan = compiled.plan(workload.view)
@@ -108,6 +110,9 @@ def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, 
         t1 = time.perf_counter()
         recomputed = recompute(spark, compiled, workload, landing, steps[: step.index + 1])
         recompute_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        recompute_duckdb(compiled, workload, landing, steps[: step.index + 1])
+        duckdb_s = time.perf_counter() - t2
         floor = floor_seconds(spark, plan, workload, landing, step)
         peer_s = None
         if streaming is not None:
@@ -123,7 +128,7 @@ def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, 
         row = IncrementRow(label, size, step.index, step.kind, initial, step.rows, incremental,
                            recompute_s, peer_s, floor, **parts,
                            other_s=incremental - sum(parts.values()), answer_rows=answer_rows,
-                           check=verdict, load1=os.getloadavg()[0])
+                           check=verdict, load1=os.getloadavg()[0], duckdb_s=duckdb_s)
         series.rows.append(row)
         if log:
             _print_row(row, log)

@@ -42,6 +42,9 @@ class Workload:
     streams: tuple[Stream, ...]
     key: str
     value: str
+    #: Columns drawn from ``[0, groups)`` when a run asks for a number of groups (the
+    #: answer's key, and the join key): a warehouse keyed by customer, order or item.
+    keyed: tuple[str, ...] = ()
 
     @property
     def view(self) -> str:
@@ -66,7 +69,7 @@ WORKLOADS: dict[str, Workload] = {
 CREATE TABLE s (x BIGINT, y BIGINT);
 CREATE VIEW groupby AS SELECT x, AVG(y) AS avg_y FROM s GROUP BY x;
 """,
-        (Stream("s", ("x", "y")),), key="x", value="avg_y"),
+        (Stream("s", ("x", "y")),), key="x", value="avg_y", keyed=("x",)),
     "joingroupby": Workload(
         "joingroupby",
         """-- incr: buckets = 8
@@ -74,7 +77,8 @@ CREATE TABLE xs (a BIGINT, c BIGINT);
 CREATE TABLE ys (b BIGINT, c BIGINT);
 CREATE VIEW joingroupby AS SELECT xs.a, SUM(ys.b) AS total FROM xs JOIN ys ON xs.c = ys.c GROUP BY xs.a;
 """,
-        (Stream("xs", ("a", "c")), Stream("ys", ("b", "c"))), key="a", value="total"),
+        (Stream("xs", ("a", "c")), Stream("ys", ("b", "c"))), key="a", value="total",
+        keyed=("a", "c")),
 }
 
 
@@ -102,19 +106,20 @@ def is_delete_step(index: int, deletes: bool) -> bool:
 
 
 def land(workload: Workload, landing: Path, initial: int, size: int, increments: int,
-         deletes: bool = False, extra: int = 0) -> list[Increment]:
+         deletes: bool = False, extra: int = 0, groups: int | None = None) -> list[Increment]:
     """Writes the initial load, ``increments`` increments and ``extra`` more insert steps.
 
     With ``deletes``, every third increment deletes ``size`` rows per stream, drawn at
     random from the rows still live (so every deletion is valid bag difference).  The
     ``extra`` steps (not part of the measured series) let the harness profile one more
-    increment on the grown state.
+    increment on the grown state.  ``groups``: the workload's keyed columns take values in
+    ``[0, groups)`` instead of ``[0, 10000]`` (state and answer then grow with the data).
 
     Returns:
         The steps in apply order, including the extra ones.
     """
-    rng = np.random.default_rng([zlib.crc32(workload.name.encode()), initial, size, increments,
-                                 int(deletes)])
+    seed = [zlib.crc32(workload.name.encode()), initial, size, increments, int(deletes)]
+    rng = np.random.default_rng(seed + ([groups] if groups is not None else []))
     live: dict[str, list[np.ndarray]] = {s.table: [] for s in workload.streams}
     steps: list[Increment] = []
     for index in range(increments + 1 + extra):
@@ -127,6 +132,9 @@ def land(workload: Workload, landing: Path, initial: int, size: int, increments:
                 folder = landing / stream.table / DELETES_DIR
             else:
                 data = rng.integers(0, VALUE_MAX + 1, (rows, len(stream.columns)), dtype=np.int64)
+                for i, column in enumerate(stream.columns):
+                    if groups is not None and column in workload.keyed:
+                        data[:, i] = rng.integers(0, groups, rows, dtype=np.int64)
                 if deletes:
                     live[stream.table].append(data)
                 folder = landing / stream.table

@@ -23,6 +23,8 @@ ROW_COUNT = "_n"
 BUCKET = "_bucket"
 #: Column of signed multiplicities in a change set (+n: n copies in, -n: n copies out).
 WEIGHT = "_w"
+#: Alias of the main state table in the answer query.
+MAIN = "m"
 
 
 class Bucket(NamedTuple):

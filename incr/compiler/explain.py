@@ -25,6 +25,7 @@ from incr.compiler.iterate import (
 )
 from incr.compiler.plan import BUCKET, IncrementalPlan, StagePlan, StateTable, StateValue
 from incr.compiler.program import Column
+from incr.compiler.publish import GONE
 from incr.compiler.queries import render_stage_delta
 from incr.compiler.scalar import Scalar
 from incr.compiler.sqlgen import (
@@ -72,6 +73,18 @@ def explain_plan(plan: IncrementalPlan) -> str:
         out += _explain_stage(plan, stage)
     views = {t.name: f"state.{t.name}" for t in plan.main_tables}
     out.append(_section("a  (answer)", plan.answer_sql(views)))
+    publish = plan.publish
+    if publish.by_change:
+        touched = {t.name: f"touched.{t.name}" for t in plan.main_tables}
+        out.append(_section(
+            "publish: by change",
+            f"{publish.reason}\n-- state rows of the touched groups only (touched.*: the "
+            f"state tables' rows of θ in `touched`, read from the buckets they hash to)\n"
+            + plan.answer_change_sql(touched, "touched")
+            + f"\n-- MERGE ON {' AND '.join(f'{c} <=> s.{c}' for c in publish.columns)} AND "
+              f"s.{GONE}: matched → DELETE; not matched AND NOT s.{GONE} → INSERT"))
+    else:
+        out.append(_section("publish: rewritten", publish.reason))
     if plan.iteration is not None:
         it = plan.iteration
         out.append(_section("ΔX  (a(T) ⊖ X: the diffusion's frontier, beyond TOLERANCE)",

@@ -36,7 +36,14 @@ from incr.compiler.dialect import live as live
 from incr.compiler.dialect import vanished as vanished
 from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named, Rel, SortKey, reads_directly
 from incr.compiler.program import Column, TableDecl
-from incr.compiler.queries import h_bucket, render_answer, render_h, render_stage_delta
+from incr.compiler.publish import Publish, publish_mode
+from incr.compiler.queries import (
+    h_bucket,
+    render_answer,
+    render_answer_change,
+    render_h,
+    render_stage_delta,
+)
 from incr.compiler.scalar import Scalar
 
 if TYPE_CHECKING:
@@ -455,6 +462,19 @@ class IncrementalPlan:
     def answer_sql(self, state_views: dict[str, str]) -> str:
         """Spark SQL computing a(state) from state tables registered under ``state_views``."""
         return render_answer(self.answer, state_views)
+
+    @cached_property
+    def publish(self) -> Publish:
+        """Whether the answer table is maintained by change or rewritten, and why."""
+        return publish_mode(self.answer)
+
+    def answer_change_sql(self, state_views: dict[str, str], touched: str) -> str:
+        """Spark SQL for the answer rows of the groups in ``touched``, with their tombstones.
+
+        ``touched`` holds θ and ``_bucket`` of each group; ``state_views`` hold those
+        groups' state rows (see :mod:`~incr.compiler.publish`).
+        """
+        return render_answer_change(self.answer, self.publish, state_views, touched)
 
     @cached_property
     def state_fingerprint(self) -> str:

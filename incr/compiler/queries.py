@@ -1,7 +1,8 @@
 """The queries a plan hands the runtime, as Spark SQL: h, a and Δ.
 
 * h (:func:`render_h`): one state table's fold of a batch registered as a view;
-* a (:func:`render_answer`): the answer over the state tables registered as views;
+* a (:func:`render_answer`): the answer over the state tables registered as views, and
+  (:func:`render_answer_change`) the answer rows of the groups a batch touched;
 * Δ (:func:`render_stage_delta`, :func:`render_anti_delta`, :func:`delta_sign`): the signed
   change of a stage's joined input when some of its inputs change.
 
@@ -21,10 +22,12 @@ from incr.compiler.dialect import BUCKET, ROW_COUNT, SPARK, WEIGHT, Bucket, q
 from incr.compiler.dialect import live as plan_live
 from incr.compiler.ir import AntiJoin, Branch, EquiJoin, JoinInput, SortKey
 from incr.compiler.program import Column
+from incr.compiler.publish import GONE
 from incr.compiler.types import spark_type_name
 
 if TYPE_CHECKING:  # the plan imports this module: its classes are annotations here only
     from incr.compiler.plan import Answer, HQuery, StagePlan
+    from incr.compiler.publish import Publish
 
 
 def bucket_expression(columns: tuple[str, ...], buckets: int) -> str:
@@ -258,6 +261,27 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
     if answer.offset:
         sql += f"\nOFFSET {answer.offset}"
     return sql
+
+
+def render_answer_change(answer: Answer, publish: Publish, views: dict[str, str],
+                         touched: str) -> str:
+    """The rows an answer MERGE applies for the groups in ``touched`` (see :mod:`publish`).
+
+    ``views`` hold the touched groups' state rows only; ``touched`` holds θ of each touched
+    group.  Every touched group gets one tombstone row (its key columns, :data:`GONE`
+    true) that deletes its current answer rows, and its new answer rows (:data:`GONE`
+    false) are inserted.
+    """
+    assert publish.by_change, "a rewritten answer has no change query"
+    theta = dict(publish.keys)
+    names = [e.name for e in answer.exprs]
+    cols = ", ".join(q(n) for n in names)
+    tomb = ", ".join(f"k.{q(theta[n])} AS {q(n)}" if n in theta else f"NULL AS {q(n)}"
+                     for n in names)
+    distinct = ", ".join(f"{q(k)}" for _, k in publish.keys)
+    return (f"SELECT {cols}, false AS {q(GONE)} FROM (\n{render_answer(answer, views)}\n) AS a\n"
+            f"UNION ALL\nSELECT {tomb}, true AS {q(GONE)} FROM (SELECT DISTINCT {distinct} "
+            f"FROM {touched}) AS k")
 
 
 def _sort_key(key: SortKey) -> str:

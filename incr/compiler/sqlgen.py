@@ -112,11 +112,22 @@ def merge_condition(keys: tuple[str, ...], target: str = "t", source: str = "s")
     bucket (a MERGE into a 190K-row table went from 2.6 s to 0.07 s with this).
     """
     parts = [f"({target}.{BUCKET} IS NOT DISTINCT FROM {source}.{BUCKET})"]
-    parts += [f"({target}.{_dq(k)} IS NOT DISTINCT FROM {source}.{_dq(k)})" for k in keys]
+    parts += [f"({target}.{merge_ident(k)} IS NOT DISTINCT FROM {source}.{merge_ident(k)})" for k in keys]
     return " AND ".join(parts)
 
 
-def _dq(name: str) -> str:
+def answer_merge_condition(columns: tuple[str, ...], flag: str) -> str:
+    """The join condition of an answer MERGE.
+
+    A tombstone (``flag`` set) meets every answer row of its group (null-safe equal
+    ``columns``); new rows meet nothing and are inserted.
+    """
+    parts = [f"(s.{merge_ident(flag)})"]
+    parts += [f"(t.{merge_ident(c)} IS NOT DISTINCT FROM s.{merge_ident(c)})" for c in columns]
+    return " AND ".join(parts)
+
+
+def merge_ident(name: str) -> str:
     """A double-quoted identifier for the merge SQL (DataFusion folds unquoted names)."""
     return '"' + name.replace('"', '""') + '"'
 

@@ -4,25 +4,45 @@ Layout in the warehouse::
 
     WAREHOUSE/answers/<view>                             Delta, one version per batch
 
-The answer query comes from the compiler (:meth:`~incr.compiler.plan.IncrementalPlan.answer_sql`).
-It runs on the driver when the answer has been published before (its table's schema is
-then the target the driver's result is cast to) and every state table it reads is small;
-otherwise in Spark.  Each version carries the answer query's fingerprint, so a changed
-answer query (say ``LIMIT 10`` → ``LIMIT 5``) is republished rather than mistaken for
-current.
+Two ways to write it, as the compiler decided (:mod:`incr.compiler.publish`, printed by
+``incr explain``):
+
+* **by change**, when a is per group and the answer was current before the batch: the
+  answer rows of the groups the batch touched are recomputed from those groups' state rows
+  only (read from the buckets they hash to) and applied with one MERGE: a tombstone per
+  touched group deletes its old rows, its new rows are inserted.  Cost and memory follow
+  the batch, not the answer;
+* **rewritten** otherwise (a global aggregate, ORDER BY/LIMIT, a group key not shown, the
+  first publish, a changed answer query, a fold finished by an earlier run): a(state) over
+  the whole state, written as the table's new version.
+
+Either way a batch is one commit, so readers see one consistent version per batch.  Queries
+come from the compiler (``answer_sql``, ``answer_change_sql``).  They run on the driver
+when the answer has been published before (its table's schema is then the target the
+driver's result is cast to) and the state rows they read are few; otherwise in Spark.
+Each version carries the answer query's fingerprint, so a changed answer query (say
+``LIMIT 10`` → ``LIMIT 5``) is republished rather than mistaken for current.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from incr.compiler.plan import IncrementalPlan
+from incr.compiler.plan import BUCKET, IncrementalPlan
+from incr.compiler.publish import GONE
+from incr.compiler.sqlgen import merge_ident, render_old_rows
+from incr.config import ANSWER_COMPACT_FILES
 from incr.runtime.engine import DRIVER, SPARK, Engines, NotLocal
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import nullable
+
+if TYPE_CHECKING:
+    from incr.runtime.fold import ViewMetrics
 
 ANSWER_FP = "incr.answer_fingerprint"
 
@@ -71,18 +91,78 @@ class AnswerTable:
         finally:
             engine.close()
 
-    def publish(self, batch: int) -> int:
-        """Writes a(state) as the answer table's version for ``batch`` (once); returns its
-        rows (-1: already published)."""
+    def publish(self, batch: int, touched: pa.Table | None = None,
+                metrics: ViewMetrics | None = None) -> int:
+        """Writes the answer table's version for ``batch`` (once); returns the rows written
+        (-1: already published).
+
+        ``touched``: θ and ``_bucket`` of the groups the batch changed, given only when the
+        answer was a(state) of the state before the batch; then a per-group answer is
+        maintained by change.  Otherwise (or when the setting is off) a(state) is rewritten.
+        """
         through = self.through()
         if through >= batch:
             return -1
+        if (touched is not None and through >= 0 and self.plan.publish.by_change
+                and self.engines.settings.answer_by_change):
+            change = self.compute_change(touched)
+            result = (self.store.merge(self.path, change)
+                      .on_groups(self.plan.publish.columns, GONE)
+                      .when_matched_delete()
+                      .when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}")
+                      .for_batch(batch, self._metadata(batch))
+                      .execute())
+            # MERGEs add files and mix key ranges; once there are too many, one sorted rewrite
+            # (a version with the same rows, kept for readers still on the older files).
+            self.store.compact(self.path, self.plan.publish.columns, ANSWER_COMPACT_FILES,
+                               metadata=self._metadata(batch), vacuum=False)
+            if metrics is not None:
+                metrics.answer_mode = "change"
+            return result.inserted
         answer = self.compute(published=through >= 0)
+        if self.plan.publish.by_change and answer.num_rows:
+            # Sorted by the columns later MERGEs match on: each file then holds a narrow
+            # key range, and a MERGE leaves the files no touched group falls in unread.
+            answer = answer.sort_by([(c, "ascending") for c in self.plan.publish.columns])
         self.store.write(self.path, answer.cast(nullable(answer.schema)), mode="overwrite",
                          batch=batch, replace_schema=True,
                          description=f"incr answer of view {self.plan.view} (program "
                                      f"{self.plan.program})",
-                         metadata={ANSWER_FP: self.plan.answer_fingerprint,
-                                   "incr.state_fingerprint": self.plan.state_fingerprint,
-                                   "incr.program": self.plan.program, "incr.batch": str(batch)})
+                         metadata=self._metadata(batch))
+        if metrics is not None:
+            metrics.answer_mode = "rewrite"
         return answer.num_rows
+
+    def compute_change(self, touched: pa.Table) -> pa.Table:
+        """The answer rows of the ``touched`` groups, with a tombstone per group
+        (:meth:`~incr.compiler.plan.IncrementalPlan.answer_change_sql`), read from the
+        touched buckets of the state only."""
+        subject = f"view {self.plan.view}"
+        schema = self.store.schema(self.path).append(pa.field(GONE, pa.bool_()))
+        buckets = pc.unique(touched.column(BUCKET)).to_pylist()
+        if self.engines.choose("answer", subject, rows=touched.num_rows) == DRIVER:
+            try:
+                return self._run_change(DRIVER, touched, buckets, schema)
+            except NotLocal as e:
+                self.engines.fell_back("answer", subject, str(e))
+        return self._run_change(SPARK, touched, buckets, schema)
+
+    def _run_change(self, name: str, touched: pa.Table, buckets: list[int],
+                    schema: pa.Schema) -> pa.Table:
+        engine = self.engines.engine(name, self.store)
+        prefix = f"incr_{self.plan.view}_"
+        try:
+            keys = engine.table(f"{prefix}touched", touched)
+            views = {}
+            for t in self.plan.main_tables:
+                state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets)
+                views[t.name] = engine.view(f"{prefix}touched_{t.name}",
+                                            render_old_rows(t, state, keys))
+            return engine.collect(self.plan.answer_change_sql(views, keys), schema)
+        finally:
+            engine.close()
+
+    def _metadata(self, batch: int) -> dict[str, str]:
+        return {ANSWER_FP: self.plan.answer_fingerprint,
+                "incr.state_fingerprint": self.plan.state_fingerprint,
+                "incr.program": self.plan.program, "incr.batch": str(batch)}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -63,8 +64,12 @@ class Engine(abc.ABC):
         """Registers rows held on the driver as ``name``; returns the name."""
 
     @abc.abstractmethod
-    def delta(self, name: str, path: Path) -> str:
-        """Registers the current version of the Delta table at ``path`` as ``name``."""
+    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None) -> str:
+        """Registers the current version of the Delta table at ``path`` as ``name``.
+
+        ``buckets``: only those ``_bucket`` partitions (the part a batch's keys reach); the
+        whole table when None or when the table is not partitioned by bucket.
+        """
 
     @abc.abstractmethod
     def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
@@ -92,14 +97,17 @@ class Engines:
     """The engines one run may use and the rules that choose between them."""
 
     def __init__(self, config: Settings | None = None, spark: SparkSession | None = None,
-                 local_rows: int | None = None):
-        """``spark``: a session to use (tests and benchmarks share one); ``local_rows``
-        overrides the setting of the same name (0 turns the driver-side engine off)."""
+                 local_rows: int | None = None, answer_by_change: bool | None = None):
+        """``spark``: a session to use (tests and benchmarks share one); ``local_rows`` and
+        ``answer_by_change`` override the settings of the same names (``local_rows`` 0 turns
+        the driver-side engine off)."""
         from incr.runtime.local import LocalSql
 
         config = config or settings()
         if local_rows is not None:
             config = replace(config, local_rows=local_rows)
+        if answer_by_change is not None:
+            config = replace(config, answer_by_change=answer_by_change)
         self.settings = config
         self._spark = spark
         self.local: LocalSql | None = (LocalSql(config.local_rows, config.local_state_rows)

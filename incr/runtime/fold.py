@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from incr.compiler.plan import IncrementalPlan, Query, StagePlan, StateTable
+from incr.compiler.plan import BUCKET, IncrementalPlan, Query, StagePlan, StateTable
 from incr.compiler.sqlgen import (
     delta_sign,
     render_all,
@@ -75,6 +75,7 @@ class ViewMetrics:
     answer_s: float = 0.0
     state_rows_touched: int = 0
     answer_rows: int = 0
+    answer_mode: str = ""  # "change" (a MERGE of the touched groups) or "rewrite"
     tables: dict[str, dict] = field(default_factory=dict)
 
 
@@ -98,6 +99,9 @@ class Fold:
         self.engine = engine
         self.metrics = metrics
         self._prefix = f"incr_{plan.view}_"
+        #: θ and bucket of every group of the view's own stage this fold changed (None: that
+        #: stage's main table was not folded here, e.g. already at the batch after a crash).
+        self.touched: pa.Table | None = None
 
     # -- naming results on the engine ---------------------------------------------------------
     def _view(self, name: str, sql: Query | str, cache: bool = False) -> str:
@@ -222,6 +226,7 @@ class Fold:
             t0 = time.perf_counter()
             h = self._collect(self.plan.h_query(table.name, rows), table.name)
             t1 = time.perf_counter()
+            self._note_touched(stage, table, h)
             touched = self.state.merge(table, specs[table.name], h, batch,
                                        DELETE if sign < 0 else INSERT)
             self._record(table.name, h.num_rows, t1 - t0, time.perf_counter() - t1, touched)
@@ -265,9 +270,16 @@ class Fold:
             t1 = time.perf_counter()
             rows = self._collect(render_all(changed[table.name]), table.name)
             t2 = time.perf_counter()
+            self._note_touched(stage, table, rows)
             touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
             self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
             faults.crash_point("view.after_merge", batch)
+
+    def _note_touched(self, stage: StagePlan, table: StateTable, rows: pa.Table) -> None:
+        """Keeps the groups of the view's own stage that ``rows`` (about to be merged into
+        its main table) touch: the answer rows that may change (:mod:`~incr.runtime.answer`)."""
+        if stage is self.plan.top and table is stage.main_tables[0]:
+            self.touched = rows.select([BUCKET, *table.key_columns])
 
     def _write_outbox(self, stage: StagePlan, sql: str, batch: int) -> None:
         self.state.write_outbox(stage, self.engine.collect(sql, self.state.schema(stage.outbox)),

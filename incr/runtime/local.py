@@ -25,6 +25,7 @@ as between two Spark runs with different partitioning).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -181,16 +182,18 @@ class DriverEngine(Engine):
         self._tables.append(name)
         return name
 
-    def delta(self, name: str, path: Path) -> str:
-        """Registers a Delta table read by delta-rs, if it holds at most ``max_state_rows``."""
+    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None) -> str:
+        """Registers a Delta table (its ``buckets``) read by delta-rs, if what is read holds
+        at most ``max_state_rows``."""
         assert self.store is not None, "this driver engine reads no Delta tables"
-        rows = self.store.row_count(path)
+        rows = self.store.row_count(path, buckets)
+        what = Path(path).name if buckets is None else f"the touched buckets of {Path(path).name}"
         if rows is None:
-            raise NotLocal(f"{Path(path).name}: its row count is not recorded")
+            raise NotLocal(f"{what}: its row count is not recorded")
         if rows > self.sql.max_state_rows:
-            raise NotLocal(f"{Path(path).name} has {rows} rows > INCR_LOCAL_STATE_ROWS="
+            raise NotLocal(f"{what} has {rows} rows > INCR_LOCAL_STATE_ROWS="
                            f"{self.sql.max_state_rows}")
-        return self.table(name, self.store.read(path))
+        return self.table(name, self.store.read(path, buckets=buckets))
 
     def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
         """Defines ``name`` as the query; a query that hashes a bucket is left to Spark (the

@@ -82,48 +82,61 @@ class ViewRuntime:
                                   for s in self.plan.stages):
             raise StorageError(f"view {self.plan.view}: {source} is append-only, yet a delete "
                                f"batch reached it")
-        self.fold(batch, source, batch_view, -1 if kind == DELETE else 1, metrics, arrow,
-                  register)
+        # The answer may follow by change only from the state it was computed from: both at
+        # the same batch before this fold (not, say, state already folded by a crashed run).
+        answer_at = self.answer.through()
+        in_step = answer_at >= 0 and answer_at == self.state_through() < batch
+        touched = self.fold(batch, source, batch_view, -1 if kind == DELETE else 1, metrics,
+                            arrow, register)
         faults.crash_point("view.after_state", batch)
         t3 = time.perf_counter()
-        metrics.answer_rows = self.publish(batch)
+        metrics.answer_rows = self.answer.publish(batch, touched if in_step else None,
+                                                  metrics)
         metrics.answer_s = time.perf_counter() - t3
         faults.crash_point("view.after_answer", batch)
         return metrics
 
     def fold(self, batch: int, source: str, view: str, sign: int, metrics: ViewMetrics,
-             arrow: pa.Table | None = None, register: Callable[[], None] | None = None) -> None:
+             arrow: pa.Table | None = None,
+             register: Callable[[], None] | None = None) -> pa.Table | None:
         """Folds changes of ``source`` into every stage they reach; the answer is not written.
 
         ``view`` holds plain rows, all inserted (``sign`` +1) or all deleted (-1), or with
         ``sign`` 0 signed rows (a ``_w`` column of ±copies).  ``batch`` is the number every
-        table records, which makes folding it again a no-op.
+        table records, which makes folding it again a no-op.  Returns θ (and bucket) of the
+        view's groups this fold changed, None when it did not fold the view's own stage.
         """
         self.state.ensure_tables(self.engines)
         reached = [s for s in self.plan.stages if self.plan.depends_on(s, source)]
         if all(self.state.through(t) >= batch for t in self._written(reached, source)):
-            return  # committed everywhere (and outboxes may have moved on to later numbers)
+            return None  # committed everywhere (and outboxes may have moved on to later numbers)
         subject = f"batch {batch} of {source} into view {self.plan.view}"
         rows = arrow.num_rows if arrow is not None else None
         if self.engines.choose("fold", subject, rows=rows,
                                blocker=self._driver_blocker(reached, sign)) == DRIVER:
             assert arrow is not None
             engine = self.engines.engine(DRIVER, self.store)
+            fold = Fold(self.plan, self.state, engine, metrics)
             try:
                 engine.table(view, arrow)
-                Fold(self.plan, self.state, engine, metrics).run(batch, source, view, sign)
+                fold.run(batch, source, view, sign)
                 metrics.engine = DRIVER
-                return
+                return fold.touched
             except NotLocal as e:
                 self.engines.fell_back("fold", subject, str(e))
+                touched = fold.touched  # Spark skips the tables the driver committed
             finally:
                 engine.close()
+        else:
+            touched = None
         if register is not None:
             register()
         engine = self.engines.engine(SPARK, self.store)
         try:
-            Fold(self.plan, self.state, engine, metrics).run(batch, source, view, sign)
+            fold = Fold(self.plan, self.state, engine, metrics)
+            fold.run(batch, source, view, sign)
             metrics.engine = SPARK
+            return fold.touched if fold.touched is not None else touched
         finally:
             engine.close()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,11 +66,13 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     return spark
 
 
-def read_delta(spark: SparkSession, store: DeltaStore, path: str) -> DataFrame:
-    """A DataFrame over the current version of the Delta table at ``path``."""
+def read_delta(spark: SparkSession, store: DeltaStore, path: str,
+               buckets: Iterable[int] | None = None) -> DataFrame:
+    """A DataFrame over the current version of the Delta table at ``path`` (only the files
+    of ``buckets``, when given)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    snapshot = store.snapshot(path)
+    snapshot = store.snapshot(path, buckets)
     if not snapshot.files:
         return spark.createDataFrame(snapshot.schema.empty_table())
     schema = from_arrow_schema(snapshot.schema)
@@ -108,8 +111,8 @@ class SparkEngine(Engine):
     def table(self, name: str, data: pa.Table) -> str:
         return self.frame(name, self.spark.createDataFrame(data))
 
-    def delta(self, name: str, path: Path) -> str:
-        return self.frame(name, read_delta(self.spark, self.store, str(path)))
+    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None) -> str:
+        return self.frame(name, read_delta(self.spark, self.store, str(path), buckets))
 
     @per_engine("compiled SQL", SPARK)
     def view(self, name: str, sql: Query | str, cache: bool = False) -> str:

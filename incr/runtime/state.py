@@ -77,10 +77,10 @@ class ViewState:
             # state ⊗ h(ΔS) with an empty state is h(ΔS) itself.
             self.store.append(path, rows.sort_by([(c, "ascending") for c in sort_by]), batch=batch)
             return rows.num_rows
-        merge = (self.store.merge(path, rows)
-                 .on(spec.keys, buckets=rows.column(BUCKET).to_pylist())
-                 .when_matched_delete(spec.delete_when)
-                 .when_matched_update(dict(spec.updates)))
+        merge = self.store.merge(path, rows).on(spec.keys, buckets=rows.column(BUCKET).to_pylist())
+        if spec.delete_when:
+            merge = merge.when_matched_delete(spec.delete_when)
+        merge = merge.when_matched_update(dict(spec.updates))
         if spec.insert_unmatched:
             merge = merge.when_not_matched_insert_all(spec.insert_when)
         result = merge.for_batch(batch).execute()

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from incr.compiler.plan import BUCKET
-from incr.compiler.sqlgen import merge_condition
+from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
 from incr.errors import StorageError
 
 APP_ID = "incr"
@@ -99,11 +100,19 @@ class DeltaStore:
         """The table's current schema as Arrow."""
         return pa.schema(self.table(path).schema().to_arrow())
 
-    def row_count(self, path: str | Path) -> int | None:
-        """Rows in the current version, from the log's file statistics (None: not recorded),
-        so deciding whether a table is small reads no data."""
-        counts = pa.table(self.table(path).get_add_actions(flatten=True))["num_records"].to_pylist()
-        return None if None in counts else sum(counts)
+    def row_count(self, path: str | Path, buckets: Iterable[int] | None = None) -> int | None:
+        """Rows in the current version (of ``buckets`` only, when given), from the log's file
+        statistics (None: not recorded), so deciding whether a table is small reads no data."""
+        actions = pa.table(self.table(path).get_add_actions(flatten=True))
+        counts = actions["num_records"]
+        if buckets is not None:
+            column = f"partition.{BUCKET}"
+            if column in actions.column_names:
+                keep = pc.is_in(actions[column].cast(pa.int64()),
+                                value_set=pa.array(sorted(set(buckets)), pa.int64()))
+                counts = counts.filter(keep)
+        values = counts.to_pylist()
+        return None if None in values else sum(values)
 
     def forget(self, path: str | Path) -> None:
         """Drops kept tables at or under ``path`` (after removing them)."""
@@ -122,8 +131,9 @@ class DeltaStore:
         version = self.batch_version(path)
         return -1 if version is None else version
 
-    def snapshot(self, path: str | Path) -> Snapshot:
-        """The current file list and schema, after checking Spark can read the files directly."""
+    def snapshot(self, path: str | Path, buckets: Iterable[int] | None = None) -> Snapshot:
+        """The current file list (of ``buckets`` only, when given and the table is partitioned
+        by bucket) and schema, after checking Spark can read the files directly."""
         dt = self.table(path)
         protocol = dt.protocol()
         features = set(protocol.reader_features or []) & _UNSUPPORTED_FEATURES
@@ -133,13 +143,24 @@ class DeltaStore:
                 f"tables through their file lists, which would return deleted rows. Rewrite the "
                 f"table without those features.")
         schema = pa.schema(dt.schema().to_arrow())
-        return Snapshot(str(Path(path)), dt.file_uris(), schema,
-                        tuple(dt.metadata().partition_columns), dt.version())
+        partitions = tuple(dt.metadata().partition_columns)
+        only = _bucket_filter(partitions, buckets)
+        files = [] if only == [] else dt.file_uris(only)
+        return Snapshot(str(Path(path)), files, schema, partitions, dt.version())
 
-    def read(self, path: str | Path, version: int | None = None) -> pa.Table:
-        """The table's rows as Arrow (current version, or ``version`` by time travel)."""
+    def read(self, path: str | Path, version: int | None = None,
+             buckets: Iterable[int] | None = None) -> pa.Table:
+        """The table's rows as Arrow (current version, or ``version`` by time travel).
+
+        ``buckets``: read only those buckets' partitions (of the current version), the
+        part of a state table a batch's keys reach.
+        """
         if version is None:
-            return self.table(path).to_pyarrow_table()
+            dt = self.table(path)
+            partitions = _bucket_filter(tuple(dt.metadata().partition_columns), buckets)
+            if partitions == []:
+                return pa.schema(dt.schema().to_arrow()).empty_table()
+            return dt.to_pyarrow_table(partitions=partitions)
         dt = DeltaTable(str(path))  # time travel moves the object: not a kept one
         dt.load_as_version(version)
         return dt.to_pyarrow_table()
@@ -190,12 +211,16 @@ class DeltaStore:
         """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""
         return Merge(self, Path(path), source)
 
-    def compact(self, path: str | Path, sort_by: tuple[str, ...], max_files: int) -> bool:
+    def compact(self, path: str | Path, sort_by: tuple[str, ...], max_files: int, *,
+                metadata: Mapping[str, str] | None = None, vacuum: bool = True) -> bool:
         """Rewrites the table sorted by ``sort_by`` once it has more than ``max_files`` files.
 
         Merges add a file per touched bucket; compaction keeps reads cheap and restores the
         sort order within buckets.  The rewrite keeps every app transaction, so exactly-once
-        bookkeeping survives it.  Returns True when it rewrote.
+        bookkeeping survives it, and commits ``metadata`` (what readers of the newest
+        commit's metadata expect to find).  ``vacuum`` then deletes the replaced files at
+        once: right for state only incr reads, wrong for a table others may be reading.
+        Returns True when it rewrote.
         """
         dt = self.table(path)
         if len(dt.file_uris()) <= max_files:
@@ -203,10 +228,11 @@ class DeltaStore:
         data = dt.to_pyarrow_table()
         if data.num_rows:
             data = data.sort_by([(c, "ascending") for c in sort_by])
-        self.write(path, data, mode="overwrite", batch=None,
+        self.write(path, data, mode="overwrite", batch=None, metadata=metadata,
                    partition_by=dt.metadata().partition_columns or None)
-        dt = self.table(path)
-        dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+        if vacuum:
+            dt = self.table(path)
+            dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
         return True
 
     def remove(self, path: str | Path) -> None:
@@ -223,6 +249,7 @@ class Merge:
         self._path = path
         self._source = source
         self._predicate: str | None = None
+        self._delete = False
         self._delete_when: str | None = None
         self._updates: dict[str, str] | None = None
         self._update_all = False
@@ -230,6 +257,7 @@ class Merge:
         self._insert_when: str | None = None
         self._batch: int | None = None
         self._metadata: Mapping[str, str] | None = None
+        self._flag: str | None = None
 
     def on(self, keys: tuple[str, ...], buckets: Iterable[int] | None = None) -> Merge:
         """Joins on the bucket and the null-safe key columns; ``buckets`` prunes partitions."""
@@ -239,8 +267,17 @@ class Merge:
             self._predicate += f" AND (t.{BUCKET} IN ({listed}))"
         return self
 
-    def when_matched_delete(self, predicate: str | None) -> Merge:
-        """Deletes matched rows satisfying ``predicate`` (evaluated before any update)."""
+    def on_groups(self, columns: tuple[str, ...], flag: str) -> Merge:
+        """Joins each source row flagged ``flag`` (a tombstone) to every target row with
+        null-safe equal ``columns``; unflagged source rows join nothing.  ``flag`` stays in
+        the source beside the target's columns (see :mod:`incr.compiler.publish`)."""
+        self._predicate = answer_merge_condition(columns, flag)
+        self._flag = flag
+        return self
+
+    def when_matched_delete(self, predicate: str | None = None) -> Merge:
+        """Deletes matched rows (those satisfying ``predicate``; evaluated before any update)."""
+        self._delete = True
         self._delete_when = predicate
         return self
 
@@ -272,22 +309,31 @@ class Merge:
             raise ValueError("Merge.on(...) was not called")
         dt = self._store.table(self._path)
         target = pa.schema(dt.schema().to_arrow())
+        names = target.names + ([self._flag] if self._flag else [])
+        shape = target.append(pa.field(self._flag, pa.bool_())) if self._flag else target
         try:
-            source = self._source.select(target.names).cast(target)
+            source = self._source.select(names).cast(shape)
         except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise StorageError(f"h(ΔS) does not fit the state table at {self._path}: {e}; the "
                                f"view changed without a new state fingerprint") from e
         metrics = MergeMetrics(self._batch)
         if source.num_rows:
+            # The source is small and in memory: not streamed, delta-rs derives from its
+            # key ranges which target files can match and leaves the others unread.
             builder = dt.merge(source, self._predicate, source_alias="s", target_alias="t",
+                               streamed_exec=False,
                                commit_properties=_commit(self._batch, self._metadata))
-            if self._delete_when:
+            if self._delete:
                 builder = builder.when_matched_delete(predicate=self._delete_when)
             if self._updates:
                 builder = builder.when_matched_update(updates=self._updates)
             if self._update_all:
                 builder = builder.when_matched_update_all()
-            if self._insert:
+            if self._insert and self._flag:  # the flag is no target column: name them
+                builder = builder.when_not_matched_insert(
+                    updates={merge_ident(c): f"s.{merge_ident(c)}" for c in target.names},
+                    predicate=self._insert_when)
+            elif self._insert:
                 builder = builder.when_not_matched_insert_all(predicate=self._insert_when)
             try:
                 raw = builder.execute()
@@ -303,6 +349,15 @@ class Merge:
             self._store.write(self._path, target.empty_table(), mode="append", batch=self._batch,
                               metadata=self._metadata)
         return metrics
+
+
+def _bucket_filter(partitions: tuple[str, ...],
+                   buckets: Iterable[int] | None) -> list[tuple[str, str, list[str]]] | None:
+    """delta-rs's partition filter for ``buckets`` (None: every file; [] means no bucket)."""
+    if buckets is None or BUCKET not in partitions:
+        return None
+    listed = sorted({int(b) for b in buckets})
+    return [(BUCKET, "in", [str(b) for b in listed])] if listed else []
 
 
 def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:

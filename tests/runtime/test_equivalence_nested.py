@@ -633,7 +633,10 @@ def check_program(spark, tmp_path_factory, family: str, program, data) -> None:
     # state written by one engine is read and merged by the other).
     local_rows = data.draw(st.sampled_from([0, 5, 200_000]), label="local rows")
     event(f"driver-side engine for batches of at most {local_rows} rows")
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    # Answers of per-group views by change (a MERGE of the touched groups) or rewritten whole.
+    by_change = data.draw(st.booleans(), label="answers by change")
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows,
+                        answer_by_change=by_change)
     rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="rows seed"))
     read = sorted(set().union(*reads.values()))
     # Every source first gets an insert batch (in random order), then random batches follow.

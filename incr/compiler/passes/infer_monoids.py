@@ -29,11 +29,10 @@ from dataclasses import replace
 
 from incr.algebra.monoids import Count, Max, Min, Moments, Monoid, Sum
 from incr.compiler.compilation import AggState, Compilation
+from incr.compiler.dialect import MAIN as MAIN
 from incr.compiler.ir import AggCall, Aggregate
 from incr.compiler.plan import ROW_COUNT, StateValue
 from incr.compiler.scalar import Scalar
-
-MAIN = "m"  # alias of the main state table in the answer query
 
 
 def infer_monoids(c: Compilation) -> Compilation:

@@ -1,0 +1,41 @@
+"""Which answers the compiler lets follow by change, and the reason it gives for the rest."""
+
+from __future__ import annotations
+
+import pytest
+
+from incr.compiler import compile_text
+from incr.compiler.explain import explain_plan
+
+TABLE = "CREATE TABLE t (k VARCHAR, g BIGINT, v BIGINT);\n"
+
+CASES = [
+    ("SELECT k, SUM(v) AS s FROM t GROUP BY k", ("k",), None),
+    ("SELECT g AS gg, k, COUNT(*) AS n FROM t GROUP BY k, g HAVING SUM(v) > 1", ("k", "gg"), None),
+    ("SELECT DISTINCT k, g FROM t", ("k", "g"), None),
+    ("SELECT k, v FROM t WHERE v > 2", ("k", "v"), None),
+    ("SELECT k, MIN(v) AS lo, COUNT(DISTINCT g) AS dg FROM t GROUP BY k", ("k",), None),
+    ("SELECT SUM(v) AS s FROM t GROUP BY k", None, "group key k is not an output column"),
+    ("SELECT upper(k) AS u, SUM(v) AS s FROM t GROUP BY k", None, "not an output column"),
+    ("SELECT COUNT(*) AS n FROM t", None, "global aggregate"),
+    ("SELECT k, SUM(v) AS s FROM t GROUP BY k ORDER BY s DESC LIMIT 3", None, "LIMIT"),
+    ("SELECT k, SUM(v) AS s FROM t GROUP BY k ORDER BY k", None, "ORDER BY"),
+]
+
+
+@pytest.mark.parametrize(("select", "columns", "why"), CASES, ids=[c[0] for c in CASES])
+def test_publish_mode(select, columns, why):
+    plan = compile_text(f"{TABLE}CREATE VIEW w AS {select};", path="w.sql", name="w").plans[0]
+    text = explain_plan(plan)
+    if columns is None:
+        assert not plan.publish.by_change and why in plan.publish.reason
+        assert "publish: rewritten" in text and why in text
+    else:
+        assert plan.publish.by_change and plan.publish.columns == columns
+        assert "publish: by change" in text and "_incr_gone" in text
+
+
+def test_keys_are_found_by_expression_group_keys_too():
+    plan = compile_text(f"{TABLE}CREATE VIEW w AS SELECT g % 2 AS parity, COUNT(*) AS n FROM t "
+                        f"GROUP BY g % 2;", path="w.sql", name="w").plans[0]
+    assert plan.publish.by_change and plan.publish.columns == ("parity",)
