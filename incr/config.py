@@ -13,6 +13,7 @@ the environment.
 | INCR_LOCAL_STATE_ROWS   | 1000000   | largest state/side table the driver-side engine reads             |
 | INCR_LOCAL_INDEX_ROWS   | 5000000   | largest row index the driver checks deletes against               |
 | INCR_ANSWER_BY_CHANGE   | 1         | 0: rewrite every answer whole, even where it could follow by change |
+| INCR_ANSWER_MERGE_REACH | 0.5       | MERGE a per-group answer while its touched files hold ≤ this share |
 | INCR_SPARK_MASTER       | local[2]  | Spark master URL                                                  |
 | INCR_SPARK_CONF         | (none)    | extra Spark settings, ``key=value,key=value``                     |
 | INCR_LOCK_WAIT_S        | 30        | seconds a task waits for a short shared lock (the ledger's)       |
@@ -31,6 +32,9 @@ from dataclasses import dataclass, field, fields
 COMPACT_FILES_PER_BUCKET = 4
 #: An answer maintained by change is rewritten sorted once its MERGEs left this many files.
 ANSWER_COMPACT_FILES = 32
+#: Answer files are written at about this size (sorted by key), so a MERGE of a few groups
+#: rewrites a few files, not the whole answer.
+ANSWER_TARGET_FILE_BYTES = 8 * 1024 * 1024
 #: The row index's log of +/- counts is folded once it holds more files than this.
 ROW_INDEX_COMPACT_FILES = 32
 #: The ledger's event log is folded once it holds more files than this.
@@ -56,6 +60,7 @@ class Settings:
     local_state_rows: int = field(default=1_000_000, metadata={"env": "INCR_LOCAL_STATE_ROWS"})
     local_index_rows: int = field(default=5_000_000, metadata={"env": "INCR_LOCAL_INDEX_ROWS"})
     answer_by_change: bool = field(default=True, metadata={"env": "INCR_ANSWER_BY_CHANGE"})
+    answer_merge_reach: float = field(default=0.5, metadata={"env": "INCR_ANSWER_MERGE_REACH"})
     spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})
     lock_wait_s: float = field(default=30.0, metadata={"env": "INCR_LOCK_WAIT_S"})

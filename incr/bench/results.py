@@ -79,7 +79,8 @@ class IncrementRow:
 
 COLUMNS = ["name", "size", "increment", "kind", "initial_rows", "rows", "incremental_s",
            "recompute_s", "peer_s", "floor_s", "read_s", "index_s", "h_s", "merge_s", "answer_s",
-           "other_s", "speedup", "vs_peer", "vs_floor", "answer_rows", "check", "load1"]
+           "other_s", "speedup", "vs_peer", "vs_floor", "answer_rows", "check", "load1",
+           "duckdb_s"]
 
 
 def _ratio(a: float | None, b: float | None) -> float:

@@ -83,6 +83,14 @@ def explain_plan(plan: IncrementalPlan) -> str:
             + plan.answer_change_sql(touched, "touched")
             + f"\n-- MERGE ON {' AND '.join(f'{c} <=> s.{c}' for c in publish.columns)} AND "
               f"s.{GONE}: matched → DELETE; not matched AND NOT s.{GONE} → INSERT"))
+    elif publish.top:
+        groups = {t.name: f"groups.{t.name}" for t in plan.main_tables}
+        out.append(_section(
+            "publish: top-k by change",
+            f"{publish.reason}\n-- candidates: a over the state rows of `groups` (the touched "
+            f"groups and those of the old top rows)\n" + plan.answer_sql(groups)
+            + "\n-- exact when the old top had fewer rows than the LIMIT, or when this counts "
+              "at least LIMIT rows\n" + plan.top_check_sql("candidates", "old_top")))
     else:
         out.append(_section("publish: rewritten", publish.reason))
     if plan.iteration is not None:

@@ -43,6 +43,7 @@ from incr.compiler.queries import (
     render_answer_change,
     render_h,
     render_stage_delta,
+    render_top_check,
 )
 from incr.compiler.scalar import Scalar
 
@@ -475,6 +476,13 @@ class IncrementalPlan:
         groups' state rows (see :mod:`~incr.compiler.publish`).
         """
         return render_answer_change(self.answer, self.publish, state_views, touched)
+
+    def top_check_sql(self, candidates: str, old: str) -> str:
+        """Spark SQL: new top rows ranking at or above the old top's last row.
+
+        See :func:`~incr.compiler.queries.render_top_check`.
+        """
+        return render_top_check(self.publish, candidates, old)
 
     @cached_property
     def state_fingerprint(self) -> str:

@@ -11,6 +11,12 @@ change, and the answer table is maintained by one MERGE per batch instead of rew
   inserted (HAVING may drop it: the group then just disappears; an exploded bag inserts
   its copies).
 
+A top-k answer (ORDER BY … LIMIT k) is kept the same way in spirit: its new rows are the
+top k of the old top rows' groups and the touched groups, recomputed from their state rows
+only, and that is the exact answer unless the k-th new row ranks below the old k-th (a
+touched row fell out, and an untouched group may now belong in): only then is a(state)
+recomputed over the whole state.  Its k rows are rewritten, which costs k rows.
+
 For the MERGE to find a group's answer rows, every column of θ must be an output column of
 the answer as it is (``SELECT region, sum(x) … GROUP BY region``); when one is not
 (``SELECT sum(x) … GROUP BY region``) the rows of a group cannot be told apart from
@@ -20,10 +26,12 @@ another's, and the answer is rewritten.  :func:`publish_mode` decides, with the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from incr.compiler.dialect import MAIN
+from incr.compiler.ir import SortKey
+from incr.compiler.scalar import Scalar
 
 if TYPE_CHECKING:
     from incr.compiler.plan import Answer
@@ -36,13 +44,17 @@ GONE = "_incr_gone"
 class Publish:
     """How the answer table is written after a batch.
 
-    ``keys`` pairs each θ column with the answer column showing it, in θ's order (empty
-    when the answer is rewritten); ``reason`` says why, for ``incr explain``.
+    ``keys`` pairs each answer column showing a θ column with that θ column, in θ's order
+    (empty when the answer is rewritten); ``reason`` says why, for ``incr explain``.
+    ``top`` marks a top-k answer (ORDER BY … LIMIT k) kept from its old rows and the
+    touched groups; ``order`` is then its ORDER BY over answer columns.
     """
 
     by_change: bool
     keys: tuple[tuple[str, str], ...]
     reason: str
+    top: bool = False
+    order: tuple[SortKey, ...] = ()
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -55,10 +67,10 @@ def publish_mode(answer: Answer) -> Publish:
     if not answer.grouped:
         return Publish(False, (), "a global aggregate answers one row from the whole state; "
                                   "that row is rewritten")
-    if answer.limit is not None or answer.offset:
-        return Publish(False, (), "LIMIT/OFFSET keeps rows ranked across all groups; the "
-                                  "answer is recomputed and rewritten")
-    if answer.order:
+    if answer.offset:
+        return Publish(False, (), "OFFSET keeps rows ranked across all groups; the answer is "
+                                  "recomputed and rewritten")
+    if answer.order and answer.limit is None:
         return Publish(False, (), "ORDER BY makes the row order part of the answer, and a "
                                   "MERGE does not keep the order of a table's rows")
     shown: dict[str, str] = {}
@@ -72,5 +84,26 @@ def publish_mode(answer: Answer) -> Publish:
                                   f"so a group's answer rows cannot be found; the answer is "
                                   f"rewritten (select the GROUP BY columns to publish by change)")
     keys = tuple((shown[k], k) for k in answer.keys)
+    if answer.limit is not None:
+        return _top(answer, keys)
     return Publish(True, keys, "a is per group: each batch MERGEs the answer rows of the groups "
                                f"it touched, matched on {', '.join(c for c, _ in keys)}")
+
+
+def _top(answer: Answer, keys: tuple[tuple[str, str], ...]) -> Publish:
+    """A top-k answer: recomputed from its old rows and the touched groups when that is exact."""
+    if answer.explode is not None:
+        return Publish(False, (), "LIMIT over a bag of rows (copies rank alike); the answer is "
+                                  "recomputed and rewritten")
+    outputs = {e.expr.sql: e.name for e in answer.exprs}
+    order = []
+    for k in answer.order:
+        if k.expr.sql not in outputs:
+            return Publish(False, (), f"ORDER BY {k.expr.sql} is not an output column, so the "
+                                      f"old top rows cannot be ranked against new ones; the "
+                                      f"answer is recomputed and rewritten")
+        order.append(replace(k, expr=Scalar(outputs[k.expr.sql])))
+    return Publish(False, keys, f"top {answer.limit}: recomputed from the groups of the old top "
+                                f"rows and the groups a batch touched, and recomputed whole only "
+                                f"when a touched row falls out of the top {answer.limit}",
+                   top=True, order=tuple(order))

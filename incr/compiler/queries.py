@@ -284,6 +284,34 @@ def render_answer_change(answer: Answer, publish: Publish, views: dict[str, str]
             f"FROM {touched}) AS k")
 
 
+def render_top_check(publish: Publish, candidates: str, old: str) -> str:
+    """How many new top rows rank at or above the old top's last row (one row: ``n``).
+
+    ``candidates`` holds the new top rows computed from the old top rows' groups and the
+    touched groups, ``old`` the answer's rows before the batch.  Every untouched group
+    outside the old top ranks below its last row, so the candidates are the exact answer
+    when the old top was not full, or when ``n`` reaches k (see :mod:`publish`).  A row
+    ranks at or above the last old row when some old row does not rank strictly before it.
+    """
+    assert publish.top, "only a top-k answer has this check"
+    return (f"SELECT count(*) AS `n` FROM {candidates} AS r LEFT SEMI JOIN {old} AS o ON "
+            f"NOT ({_before(publish.order, 'o', 'r')})")
+
+
+def _before(order: tuple[SortKey, ...], x: str, y: str) -> str:
+    """SQL: row ``x`` sorts strictly before row ``y`` under ``order`` (columns by name)."""
+    if not order:
+        return "false"
+    key, rest = order[0], order[1:]
+    a, b = f"{x}.{q(key.expr.sql)}", f"{y}.{q(key.expr.sql)}"
+    nulls = (f"({a} IS NULL AND {b} IS NOT NULL)" if key.nulls_first
+             else f"({a} IS NOT NULL AND {b} IS NULL)")
+    first = f"({nulls} OR coalesce({a} {'>' if key.descending else '<'} {b}, false))"
+    if not rest:
+        return first
+    return f"({first} OR ({a} <=> {b} AND {_before(rest, x, y)}))"
+
+
 def _sort_key(key: SortKey) -> str:
     return (f"{key.expr.render(SPARK)} {'DESC' if key.descending else 'ASC'} "
             f"NULLS {'FIRST' if key.nulls_first else 'LAST'}")

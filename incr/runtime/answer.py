@@ -35,8 +35,9 @@ import pyarrow.compute as pc
 from incr.compiler.plan import BUCKET, IncrementalPlan
 from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import merge_ident, render_old_rows
-from incr.config import ANSWER_COMPACT_FILES
-from incr.runtime.engine import DRIVER, SPARK, Engines, NotLocal
+from incr.config import ANSWER_COMPACT_FILES, ANSWER_TARGET_FILE_BYTES
+from incr.runtime import sparkhash
+from incr.runtime.engine import DRIVER, SPARK, Engine, Engines, NotLocal, log
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import nullable
@@ -104,7 +105,7 @@ class AnswerTable:
         if through >= batch:
             return -1
         if (touched is not None and through >= 0 and self.plan.publish.by_change
-                and self.engines.settings.answer_by_change):
+                and self.engines.settings.answer_by_change and self._merge_pays(touched)):
             change = self.compute_change(touched)
             result = (self.store.merge(self.path, change)
                       .on_groups(self.plan.publish.columns, GONE)
@@ -115,23 +116,47 @@ class AnswerTable:
             # MERGEs add files and mix key ranges; once there are too many, one sorted rewrite
             # (a version with the same rows, kept for readers still on the older files).
             self.store.compact(self.path, self.plan.publish.columns, ANSWER_COMPACT_FILES,
-                               metadata=self._metadata(batch), vacuum=False)
+                               metadata=self._metadata(batch), vacuum=False,
+                               target_file_size=ANSWER_TARGET_FILE_BYTES)
             if metrics is not None:
                 metrics.answer_mode = "change"
             return result.inserted
-        answer = self.compute(published=through >= 0)
+        answer = None
+        if (touched is not None and through >= 0 and self.plan.publish.top
+                and self.engines.settings.answer_by_change):
+            answer = self.compute_top(touched)
+            if metrics is not None and answer is not None:
+                metrics.answer_mode = "top"
+        if answer is None:
+            answer = self.compute(published=through >= 0)
+            if metrics is not None:
+                metrics.answer_mode = "rewrite"
         if self.plan.publish.by_change and answer.num_rows:
             # Sorted by the columns later MERGEs match on: each file then holds a narrow
             # key range, and a MERGE leaves the files no touched group falls in unread.
             answer = answer.sort_by([(c, "ascending") for c in self.plan.publish.columns])
         self.store.write(self.path, answer.cast(nullable(answer.schema)), mode="overwrite",
-                         batch=batch, replace_schema=True,
+                         batch=batch, replace_schema=True, target_file_size=ANSWER_TARGET_FILE_BYTES,
                          description=f"incr answer of view {self.plan.view} (program "
                                      f"{self.plan.program})",
                          metadata=self._metadata(batch))
-        if metrics is not None:
-            metrics.answer_mode = "rewrite"
         return answer.num_rows
+
+    def _merge_pays(self, touched: pa.Table) -> bool:
+        """Whether a MERGE beats a rewrite: it rewrites every file a touched group may be in
+        (copy on write), so once those hold most of the answer, writing it anew is cheaper.
+
+        Judged on the files' ranges of the first key column (the answer is written sorted
+        by the key columns, so a change to few or nearby keys reaches few files).  The
+        share is the setting ``INCR_ANSWER_MERGE_REACH``.
+        """
+        column, theta = self.plan.publish.keys[0]
+        reach = self.store.reach(self.path, column, touched.column(theta))
+        if reach > self.engines.settings.answer_merge_reach:
+            log.info("answer view %s: the change reaches %.0f%% of the answer's rows; rewritten",
+                     self.plan.view, 100 * reach)
+            return False
+        return True
 
     def compute_change(self, touched: pa.Table) -> pa.Table:
         """The answer rows of the ``touched`` groups, with a tombstone per group
@@ -147,17 +172,86 @@ class AnswerTable:
                 self.engines.fell_back("answer", subject, str(e))
         return self._run_change(SPARK, touched, buckets, schema)
 
-    def _run_change(self, name: str, touched: pa.Table, buckets: list[int],
-                    schema: pa.Schema) -> pa.Table:
+    def compute_top(self, touched: pa.Table) -> pa.Table | None:
+        """A top-k answer from the old top rows' groups and the ``touched`` groups (reading
+        only their buckets of the state), or None when a touched row fell out of the top and
+        a(state) must be recomputed whole (see :mod:`incr.compiler.publish`)."""
+        subject = f"view {self.plan.view}"
+        old = self.store.read(self.path)
+        groups = self._groups_of(old, touched)
+        if groups is None:
+            return None
+        schema = self.store.schema(self.path)
+        buckets = pc.unique(groups.column(BUCKET)).to_pylist()
+        top = None
+        if self.engines.choose("answer", subject, rows=groups.num_rows) == DRIVER:
+            try:
+                top = self._run_top(DRIVER, groups, buckets, old, schema)
+            except NotLocal as e:
+                self.engines.fell_back("answer", subject, str(e))
+        if top is None:
+            top = self._run_top(SPARK, groups, buckets, old, schema)
+        exact, rows = top
+        if not exact:
+            log.info("answer %s: a touched row fell out of the top %d; recomputed whole",
+                     subject, self.plan.answer.limit)
+            return None
+        return rows
+
+    def _groups_of(self, old: pa.Table, touched: pa.Table) -> pa.Table | None:
+        """θ and ``_bucket`` of the touched groups and of the groups of the old answer rows
+        (their θ read from the columns showing it, hashed as the state hashes it)."""
+        main = self.plan.main_tables[0]
+        state = self.state.schema(main.name)
+        try:
+            theta = {k: old.column(col).cast(state.field(k).type)
+                     for col, k in self.plan.publish.keys}
+            hashed = sparkhash.buckets(list(theta.values()),
+                                       self.plan.top.buckets_of(main.name))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, sparkhash.UnsupportedType) as e:
+            log.info("answer view %s: old top rows not hashed (%s); recomputed whole",
+                     self.plan.view, e)
+            return None
+        names = [BUCKET, *theta]
+        shape = pa.schema([state.field(n) for n in names])
+        olds = pa.table([hashed.cast(shape.field(BUCKET).type), *theta.values()], schema=shape)
+        return pa.concat_tables([touched.select(names).cast(shape), olds])
+
+    def _run_top(self, name: str, groups: pa.Table, buckets: list[int], old: pa.Table,
+                 schema: pa.Schema) -> tuple[bool, pa.Table]:
         engine = self.engines.engine(name, self.store)
         prefix = f"incr_{self.plan.view}_"
         try:
-            keys = engine.table(f"{prefix}touched", touched)
-            views = {}
-            for t in self.plan.main_tables:
-                state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets)
-                views[t.name] = engine.view(f"{prefix}touched_{t.name}",
-                                            render_old_rows(t, state, keys))
+            views = self._touched_views(engine, groups, buckets)
+            rows = engine.collect(self.plan.answer_sql(views), schema)
+            limit = self.plan.answer.limit
+            assert limit is not None
+            if old.num_rows < limit:  # every live group was in the old top: none is missing
+                return True, rows
+            check = self.plan.top_check_sql(engine.table(f"{prefix}top_new", rows),
+                                            engine.table(f"{prefix}top_old", old))
+            n = engine.collect(check, pa.schema([("n", pa.int64())])).column("n")[0].as_py()
+            return n >= limit, rows
+        finally:
+            engine.close()
+
+    def _touched_views(self, engine: Engine, groups: pa.Table, buckets: list[int]) -> dict[str, str]:
+        """Each main state table restricted to the rows of ``groups`` (read from ``buckets``)."""
+        prefix = f"incr_{self.plan.view}_"
+        keys = engine.table(f"{prefix}touched", groups)
+        views = {}
+        for t in self.plan.main_tables:
+            state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets)
+            views[t.name] = engine.view(f"{prefix}touched_{t.name}",
+                                        render_old_rows(t, state, keys))
+        return views
+
+    def _run_change(self, name: str, touched: pa.Table, buckets: list[int],
+                    schema: pa.Schema) -> pa.Table:
+        engine = self.engines.engine(name, self.store)
+        try:
+            views = self._touched_views(engine, touched, buckets)
+            keys = f"incr_{self.plan.view}_touched"
             return engine.collect(self.plan.answer_change_sql(views, keys), schema)
         finally:
             engine.close()

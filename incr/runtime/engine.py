@@ -97,17 +97,15 @@ class Engines:
     """The engines one run may use and the rules that choose between them."""
 
     def __init__(self, config: Settings | None = None, spark: SparkSession | None = None,
-                 local_rows: int | None = None, answer_by_change: bool | None = None):
-        """``spark``: a session to use (tests and benchmarks share one); ``local_rows`` and
-        ``answer_by_change`` override the settings of the same names (``local_rows`` 0 turns
-        the driver-side engine off)."""
+                 local_rows: int | None = None):
+        """``config``: the settings (default: the environment's); ``spark``: a session to use
+        (tests and benchmarks share one); ``local_rows`` overrides the setting of the same
+        name (0 turns the driver-side engine off)."""
         from incr.runtime.local import LocalSql
 
         config = config or settings()
         if local_rows is not None:
             config = replace(config, local_rows=local_rows)
-        if answer_by_change is not None:
-            config = replace(config, answer_by_change=answer_by_change)
         self.settings = config
         self._spark = spark
         self.local: LocalSql | None = (LocalSql(config.local_rows, config.local_state_rows)

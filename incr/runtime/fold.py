@@ -75,7 +75,9 @@ class ViewMetrics:
     answer_s: float = 0.0
     state_rows_touched: int = 0
     answer_rows: int = 0
-    answer_mode: str = ""  # "change" (a MERGE of the touched groups) or "rewrite"
+    #: "change" (a MERGE of the touched groups), "top" (a top-k from its old rows and the
+    #: touched groups) or "rewrite" (a(state) over the whole state).
+    answer_mode: str = ""
     tables: dict[str, dict] = field(default_factory=dict)
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from incr.compiler import CompiledProgram
 from incr.compiler.program import TableDecl
+from incr.config import Settings
 from incr.errors import InputError, Location, StorageError
 from incr.runtime import faults
 from incr.runtime.engine import Engines, log
@@ -105,18 +106,16 @@ class Pipeline:
 
     def __init__(self, compiled: CompiledProgram, landing: Path | str, warehouse: Path | str,
                  spark: SparkSession | None = None, store: DeltaStore | None = None,
-                 local_rows: int | None = None, answer_by_change: bool | None = None):
+                 local_rows: int | None = None, config: Settings | None = None):
         """``spark``: a session to use instead of starting one when needed.
         ``local_rows``: batches of at most this many rows take the driver-side path
         (:mod:`incr.runtime.local`) where it applies; 0 keeps everything in Spark.
-        ``answer_by_change``: False rewrites every answer whole (:mod:`incr.runtime.answer`).
-        Defaults are the settings ``INCR_LOCAL_ROWS`` and ``INCR_ANSWER_BY_CHANGE``
-        (:mod:`incr.config`)."""
+        The default is the setting ``INCR_LOCAL_ROWS``.  ``config``: every other setting
+        (:mod:`incr.config`; default: the environment's)."""
         self.compiled = compiled
         self.landing = Path(landing)
         self.warehouse = Path(warehouse)
-        self.engines = Engines(spark=spark, local_rows=local_rows,
-                               answer_by_change=answer_by_change)
+        self.engines = Engines(config, spark=spark, local_rows=local_rows)
         self.store = store or DeltaStore()
         self.meta = self.warehouse / "_incr" / compiled.name
         self.locks = Locks(self.meta / "locks", compiled.name)

@@ -114,6 +114,37 @@ class DeltaStore:
         values = counts.to_pylist()
         return None if None in values else sum(values)
 
+    def reach(self, path: str | Path, column: str, values: pa.Array) -> float:
+        """The share of the table's rows in files whose ``column`` range (log statistics)
+        may hold one of ``values``: what a MERGE matching on ``column`` would rewrite.
+
+        A file without statistics counts as reached; a NULL value reaches files with NULLs.
+        """
+        actions = pa.table(self.table(path).get_add_actions(flatten=True))
+        rows = actions["num_records"].to_pylist()
+        total = sum(r or 0 for r in rows)
+        if not total:
+            return 0.0
+        present = pc.drop_null(values)
+        wanted = pc.unique(present).sort() if len(present) else present
+        has_null = len(present) < len(values)
+        lows = actions[f"min.{column}"] if f"min.{column}" in actions.column_names else None
+        highs = actions[f"max.{column}"] if f"max.{column}" in actions.column_names else None
+        nulls = (actions[f"null_count.{column}"].to_pylist()
+                 if f"null_count.{column}" in actions.column_names else [None] * len(rows))
+        reached = 0
+        for i, n in enumerate(rows):
+            low = lows[i].as_py() if lows is not None else None
+            high = highs[i].as_py() if highs is not None else None
+            if low is None or high is None or n is None:
+                hit = True
+            else:
+                inside = pc.and_(pc.greater_equal(wanted, pa.scalar(low, wanted.type)),
+                                 pc.less_equal(wanted, pa.scalar(high, wanted.type)))
+                hit = bool(pc.any(inside).as_py()) or (has_null and bool(nulls[i]))
+            reached += (n or 0) if hit else 0
+        return reached / total
+
     def forget(self, path: str | Path) -> None:
         """Drops kept tables at or under ``path`` (after removing them)."""
         root = str(path)
@@ -179,10 +210,12 @@ class DeltaStore:
     # -- writing ---------------------------------------------------------------------------
     def write(self, path: str | Path, data: pa.Table, *, mode: str, batch: int | None,
               partition_by: Iterable[str] | None = None, description: str | None = None,
-              metadata: Mapping[str, str] | None = None, replace_schema: bool = False) -> None:
+              metadata: Mapping[str, str] | None = None, replace_schema: bool = False,
+              target_file_size: int | None = None) -> None:
         """Appends or overwrites, recording ``batch`` in the same commit when given.
 
         ``mode`` is ``append`` or ``overwrite``; the table is created on first write.
+        ``target_file_size`` (bytes) splits the data into files of about that size.
         """
         Path(path).mkdir(parents=True, exist_ok=True)
         target: str | DeltaTable = str(path)
@@ -194,6 +227,7 @@ class DeltaStore:
                 partition_by=list(partition_by) if partition_by else None,
                 description=description,
                 schema_mode="overwrite" if replace_schema else None,
+                target_file_size=target_file_size,
                 commit_properties=_commit(batch, metadata))
         except DeltaError as e:
             raise StorageError(f"writing the Delta table at {path} failed: {e}") from e
@@ -212,7 +246,8 @@ class DeltaStore:
         return Merge(self, Path(path), source)
 
     def compact(self, path: str | Path, sort_by: tuple[str, ...], max_files: int, *,
-                metadata: Mapping[str, str] | None = None, vacuum: bool = True) -> bool:
+                metadata: Mapping[str, str] | None = None, vacuum: bool = True,
+                target_file_size: int | None = None) -> bool:
         """Rewrites the table sorted by ``sort_by`` once it has more than ``max_files`` files.
 
         Merges add a file per touched bucket; compaction keeps reads cheap and restores the
@@ -229,7 +264,8 @@ class DeltaStore:
         if data.num_rows:
             data = data.sort_by([(c, "ascending") for c in sort_by])
         self.write(path, data, mode="overwrite", batch=None, metadata=metadata,
-                   partition_by=dt.metadata().partition_columns or None)
+                   partition_by=dt.metadata().partition_columns or None,
+                   target_file_size=target_file_size)
         if vacuum:
             dt = self.table(path)
             dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)

@@ -35,6 +35,7 @@ CREATE VIEW ranked AS SELECT k, SUM(v) AS s FROM t GROUP BY k ORDER BY s DESC, k
 """
 SCHEMA = pa.schema([("k", pa.string()), ("g", pa.int64()), ("v", pa.int64())])
 BY_CHANGE = {"per_group", "keys", "rows_"}
+ALWAYS = Settings(answer_merge_reach=1.0)  # MERGE whatever share of the answer it reaches
 
 
 def _land(landing: Path, seq: int, rows: list[dict], delete: bool) -> None:
@@ -65,8 +66,10 @@ def test_per_group_answers_follow_by_change_on_both_engines(spark, tmp_path, loc
     compiled = compile_text(PROGRAM, path="answers.sql", name="answers")
     assert {p.view for p in compiled.plans if p.publish.by_change} == BY_CHANGE
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows,
+                        config=ALWAYS)
     live: list[dict] = []
+    ranked_modes: list[str] = []
     for seq, (delete, rows) in enumerate(_batches(random.Random(7))):
         _land(landing, seq, rows, delete)
         if delete:
@@ -77,13 +80,19 @@ def test_per_group_answers_follow_by_change_on_both_engines(spark, tmp_path, loc
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
         modes = {v.view: v.answer_mode for b in report.applied for v in b.views}
+        ranked_modes.append(modes.pop("ranked"))
         for plan in compiled.plans:
+            if plan.view == "ranked":
+                continue
             expected = "change" if plan.view in BY_CHANGE and seq > 0 else "rewrite"
             assert modes[plan.view] == expected, (seq, plan.view)
             answer, _ = read_answer(warehouse, plan)
             diff = diff_answers(oracle_answer(plan.select, {"t": pa.Table.from_pylist(live, SCHEMA)}),
                                 answer, ordered=plan.ordered)
             assert diff is None, f"batch {seq}, view {plan.view}: {diff}"
+    # The top 2 is kept from its old rows and the touched groups, unless a delete pushed one
+    # of its rows out (then recomputed whole).
+    assert ranked_modes == ["rewrite", "top", "top", "rewrite", "top", "rewrite", "top"], ranked_modes
     store = DeltaStore()
     ops = [h["operation"] for h in store.history(warehouse / "answers" / "per_group")]
     assert ops[0] == "MERGE" and ops[-1] != "MERGE"  # newest first: merges after the first write
@@ -97,7 +106,8 @@ def test_the_setting_turns_answers_by_change_off(spark, tmp_path):
         Settings.from_env({"INCR_ANSWER_BY_CHANGE": "yes"})
     compiled = compile_text(PROGRAM, path="answers.sql", name="answers")
     landing = tmp_path / "landing"
-    pipeline = Pipeline(compiled, landing, tmp_path / "wh", spark=spark, answer_by_change=False)
+    pipeline = Pipeline(compiled, landing, tmp_path / "wh", spark=spark,
+                        config=Settings(answer_by_change=False))
     for seq, (delete, rows) in enumerate(_batches(random.Random(3))[:3]):
         _land(landing, seq, rows, delete)
         report = pipeline.run()
@@ -128,7 +138,7 @@ def test_answer_merges_stay_few_files_and_sorted(spark, tmp_path):
     compiled = compile_text(PROGRAM.replace("buckets = 4", "buckets = 2"), path="answers.sql",
                             name="answers")
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, config=ALWAYS)
     store = DeltaStore()
     rng = random.Random(11)
     live: list[dict] = []
@@ -143,3 +153,37 @@ def test_answer_merges_stay_few_files_and_sorted(spark, tmp_path):
     assert diff_answers(oracle_answer(plan.select, {"t": pa.Table.from_pylist(live, SCHEMA)}),
                         answer) is None
     assert "incr.answer_fingerprint" in store.history(warehouse / "answers" / "keys", 1)[0]
+
+
+def test_a_merge_is_chosen_only_while_it_reaches_few_answer_files(spark, tmp_path):
+    """Copy on write: a MERGE rewrites every file a touched group may be in.  With the answer
+    in several key-sorted files, a batch of nearby keys MERGEs; one touching keys across
+    the whole range rewrites the answer instead (cheaper than copying every file)."""
+    from dataclasses import replace
+
+    import incr.runtime.answer as answer_module
+
+    compiled = compile_text(PROGRAM, path="answers.sql", name="answers")
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, config=Settings())
+    small_files = 4096  # bytes: the answer of a few thousand keys spans many files
+    original = answer_module.ANSWER_TARGET_FILE_BYTES
+    answer_module.ANSWER_TARGET_FILE_BYTES = small_files
+    try:
+        _land(landing, 0, [{"k": f"k{i:05d}", "g": 1, "v": 1} for i in range(5000)], delete=False)
+        assert pipeline.run().rejected is None
+        store = DeltaStore()
+        assert len(store.table(warehouse / "answers" / "keys").file_uris()) > 4
+        _land(landing, 1, [{"k": "k00007", "g": 1, "v": 1}], delete=False)  # one key: few files
+        _land(landing, 2, [{"k": f"k{i:05d}x", "g": 1, "v": 1} for i in range(0, 5000, 50)],
+              delete=False)  # keys across the whole range: every file
+        modes = [{v.view: v.answer_mode for v in b.views} for b in pipeline.run().applied]
+    finally:
+        answer_module.ANSWER_TARGET_FILE_BYTES = original
+    assert modes[0]["keys"] == "change" and modes[1]["keys"] == "rewrite"
+    assert replace(Settings(), answer_merge_reach=1.0).answer_merge_reach == 1.0
+    live = pa.Table.from_pylist(
+        [{"k": f"k{i:05d}", "g": 1, "v": 1} for i in range(5000)] + [{"k": "k00007", "g": 1, "v": 1}]
+        + [{"k": f"k{i:05d}x", "g": 1, "v": 1} for i in range(0, 5000, 50)], SCHEMA)
+    plan = compiled.plan("keys")
+    assert diff_answers(oracle_answer(plan.select, {"t": live}), read_answer(warehouse, plan)[0]) is None

@@ -30,6 +30,7 @@ from incr.compiler import compile_text
 from incr.oracle import diff_answers, oracle_answer
 from incr.runtime.pipeline import Pipeline
 from incr.runtime.report import read_answer
+from tests.runtime.answers import ANSWER_CONFIGS
 
 EXAMPLES = int(os.environ.get("INCR_EQUIV_EXAMPLES", "12"))
 
@@ -146,10 +147,11 @@ def test_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, seed, p
     # The driver-side path (DuckDB + our Spark hash) for every batch, none, or only the
     # small ones: mixing the paths checks their buckets and fingerprints agree.
     local_rows = data.draw(st.sampled_from([0, 8, 200_000]), label="local rows")
-    # Answers of per-group views by change (a MERGE of the touched groups) or rewritten whole.
-    by_change = data.draw(st.booleans(), label="answers by change")
+    # Answers by change (a MERGE of the touched groups, a top-k from its old rows) always,
+    # when it pays, or never (rewritten whole).
+    config = data.draw(st.sampled_from(ANSWER_CONFIGS), label="answers")
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows,
-                        answer_by_change=by_change)
+                        config=config)
     rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="rows seed"))
     live: list[dict] = []
     for seq, op in enumerate(["insert", *ops]):
@@ -260,10 +262,11 @@ def test_join_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, te
     landing, warehouse = root / "landing", root / "warehouse"
     # Δ of the join on the driver (DuckDB over the side tables), in Spark, or mixed.
     local_rows = data.draw(st.sampled_from([0, 5, 200_000]), label="local rows")
-    # Answers of per-group views by change (a MERGE of the touched groups) or rewritten whole.
-    by_change = data.draw(st.booleans(), label="answers by change")
+    # Answers by change (a MERGE of the touched groups, a top-k from its old rows) always,
+    # when it pays, or never (rewritten whole).
+    config = data.draw(st.sampled_from(ANSWER_CONFIGS), label="answers")
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows,
-                        answer_by_change=by_change)
+                        config=config)
     rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="rows seed"))
     live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
     read = {s for plan in compiled.plans for s in plan.sources}

@@ -49,6 +49,7 @@ from hypothesis import strategies as st
 from incr.compiler import compile_text
 from incr.errors import NotIncrementalizableError
 from incr.runtime.pipeline import Pipeline
+from tests.runtime.answers import ANSWER_CONFIGS
 from tests.runtime.test_equivalence import JOIN_SCHEMAS, JOIN_TABLES, check_join_answers, land_join_batch
 
 EXAMPLES = max(int(os.environ.get("INCR_EQUIV_EXAMPLES", "12")) // 4, 3)
@@ -633,10 +634,11 @@ def check_program(spark, tmp_path_factory, family: str, program, data) -> None:
     # state written by one engine is read and merged by the other).
     local_rows = data.draw(st.sampled_from([0, 5, 200_000]), label="local rows")
     event(f"driver-side engine for batches of at most {local_rows} rows")
-    # Answers of per-group views by change (a MERGE of the touched groups) or rewritten whole.
-    by_change = data.draw(st.booleans(), label="answers by change")
+    # Answers by change (a MERGE of the touched groups, a top-k from its old rows) always,
+    # when it pays, or never (rewritten whole).
+    config = data.draw(st.sampled_from(ANSWER_CONFIGS), label="answers")
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows,
-                        answer_by_change=by_change)
+                        config=config)
     rng = random.Random(data.draw(st.integers(0, 2**32 - 1), label="rows seed"))
     read = sorted(set().union(*reads.values()))
     # Every source first gets an insert batch (in random order), then random batches follow.
