@@ -26,8 +26,9 @@ Each version carries the answer query's fingerprint, so a changed answer query (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from incr.runtime.fold import ViewMetrics
 
 ANSWER_FP = "incr.answer_fingerprint"
+T = TypeVar("T")
 
 
 class AnswerTable:
@@ -73,14 +75,20 @@ class AnswerTable:
         """
         if published is None:
             published = self.through() >= 0
-        subject = f"view {self.plan.view}"
         blocker = None if published else "its first publish takes its types from Spark"
-        if self.engines.choose("answer", subject, rows=0, blocker=blocker) == DRIVER:
+        return self._on_engine(0, blocker, lambda name: self._run(
+            name, self.store.schema(self.path) if name == DRIVER else None))
+
+    def _on_engine(self, rows: int, blocker: str | None, step: Callable[[str], T]) -> T:
+        """Runs ``step`` on the engine :meth:`Engines.choose` picks, in Spark if the driver
+        gives way."""
+        subject = f"view {self.plan.view}"
+        if self.engines.choose("answer", subject, rows=rows, blocker=blocker) == DRIVER:
             try:
-                return self._run(DRIVER, self.store.schema(self.path))
+                return step(DRIVER)
             except NotLocal as e:
                 self.engines.fell_back("answer", subject, str(e))
-        return self._run(SPARK, None)
+        return step(SPARK)
 
     def _run(self, name: str, schema: pa.Schema | None) -> pa.Table:
         engine = self.engines.engine(name, self.store)
@@ -162,15 +170,10 @@ class AnswerTable:
         """The answer rows of the ``touched`` groups, with a tombstone per group
         (:meth:`~incr.compiler.plan.IncrementalPlan.answer_change_sql`), read from the
         touched buckets of the state only."""
-        subject = f"view {self.plan.view}"
         schema = self.store.schema(self.path).append(pa.field(GONE, pa.bool_()))
         buckets = pc.unique(touched.column(BUCKET)).to_pylist()
-        if self.engines.choose("answer", subject, rows=touched.num_rows) == DRIVER:
-            try:
-                return self._run_change(DRIVER, touched, buckets, schema)
-            except NotLocal as e:
-                self.engines.fell_back("answer", subject, str(e))
-        return self._run_change(SPARK, touched, buckets, schema)
+        return self._on_engine(touched.num_rows, None, lambda name: self._run_change(
+            name, touched, buckets, schema))
 
     def compute_top(self, touched: pa.Table) -> pa.Table | None:
         """A top-k answer from the old top rows' groups and the ``touched`` groups (reading
@@ -183,15 +186,8 @@ class AnswerTable:
             return None
         schema = self.store.schema(self.path)
         buckets = pc.unique(groups.column(BUCKET)).to_pylist()
-        top = None
-        if self.engines.choose("answer", subject, rows=groups.num_rows) == DRIVER:
-            try:
-                top = self._run_top(DRIVER, groups, buckets, old, schema)
-            except NotLocal as e:
-                self.engines.fell_back("answer", subject, str(e))
-        if top is None:
-            top = self._run_top(SPARK, groups, buckets, old, schema)
-        exact, rows = top
+        exact, rows = self._on_engine(groups.num_rows, None, lambda name: self._run_top(
+            name, groups, buckets, old, schema))
         if not exact:
             log.info("answer %s: a touched row fell out of the top %d; recomputed whole",
                      subject, self.plan.answer.limit)
