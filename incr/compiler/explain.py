@@ -18,6 +18,7 @@ from incr.compiler import CompiledProgram
 from incr.compiler.iterate import (
     apply_dx_sql,
     dx_sql,
+    frontier_rows_sql,
     initial_dx_sql,
     lookup_pairs_sql,
     reassigned_sql,
@@ -97,6 +98,13 @@ def explain_plan(plan: IncrementalPlan) -> str:
         it = plan.iteration
         out.append(_section("ΔX  (a(T) ⊖ X: the diffusion's frontier, beyond TOLERANCE)",
                             "-- next = " + typed_sql(it, "a") + "\n" + dx_sql(it, "next", "X")))
+        if publish.by_change:
+            out.append(_section(
+                "ΔX compared over the touched groups only",
+                "-- the step's answer is per group, so a and X are compared only for the "
+                "groups folds touched since\n-- their last comparison (a over their state "
+                "rows; X's rows of them); the first batch compares all\n"
+                + frontier_rows_sql(it, "X", "touched", publish.keys)))
         if it.initial:
             out.append(_section("first ΔX  (INITIAL)", initial_dx_sql(it)))
         out.append(_section("X ⊕ ΔX  (the next iterate)", apply_dx_sql(it, "X", "ΔX")))

@@ -117,13 +117,37 @@ def dx_sql(iteration: Iteration, new: str, old: str) -> str:
     """ΔX = ``new`` ⊖ ``old``, the diffusion's frontier.
 
     Rows of the next iterate no old row stands for (+1) and the old rows they replace (-1),
-    where "stands for" is :func:`same_row_sql` (TOLERANCE).
+    where "stands for" is :func:`same_row_sql` (TOLERANCE).  Each side is an anti-join
+    against the rows that *are* stood for, found by an inner join on the key: the tolerance
+    test is then a filter after a hash join, where as the anti-join's own condition it
+    would make engines compare every pair of rows (DuckDB plans a nested-loop join).
     """
     same = same_row_sql(iteration, "n", "o")
-    return (f"SELECT n.*, CAST(1 AS BIGINT) AS {q(WEIGHT)} FROM {new} n "
-            f"LEFT ANTI JOIN {old} o ON {same}\nUNION ALL\n"
-            f"SELECT o.*, CAST(-1 AS BIGINT) AS {q(WEIGHT)} FROM {old} o "
-            f"LEFT ANTI JOIN {new} n ON {same}")
+    cols = [q(c.name) for c in iteration.columns]
+
+    def side(keep: str, other: str, sign: int) -> str:
+        first, second = (new, old) if keep == "n" else (old, new)
+        stood = (f"SELECT DISTINCT {keep}.* FROM {first} {keep} JOIN {second} {other} "
+                 f"ON {same}")
+        whole = " AND ".join(f"{keep}.{c} <=> s.{c}" for c in cols)
+        return (f"SELECT {keep}.*, CAST({sign} AS BIGINT) AS {q(WEIGHT)} FROM {first} {keep} "
+                f"LEFT ANTI JOIN ({stood}) s ON {whole}")
+
+    return f"{side('n', 'o', 1)}\nUNION ALL\n{side('o', 'n', -1)}"
+
+
+def frontier_rows_sql(iteration: Iteration, x: str, touched: str,
+                      keys: tuple[tuple[str, str], ...]) -> str:
+    """The rows of iterate ``x`` that belong to the step's groups in ``touched``.
+
+    ``keys`` pairs each answer column showing θ with its θ column (the step's per-group
+    answer, :class:`~incr.compiler.publish.Publish`); X has the answer's columns.  With the
+    step's answer over the same groups, this is the part of ``a(T) ⊖ X`` those groups can
+    change: :func:`dx_sql` over the two is ΔX restricted to the frontier.
+    """
+    names = {c.name.lower(): c.name for c in iteration.columns}
+    on = " AND ".join(f"x.{q(names[col.lower()])} <=> k.{q(theta)}" for col, theta in keys)
+    return f"SELECT x.* FROM {x} AS x LEFT SEMI JOIN {touched} AS k ON {on}"
 
 
 def apply_dx_sql(iteration: Iteration, x: str, dx: str) -> str:

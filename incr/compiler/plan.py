@@ -455,9 +455,14 @@ class IncrementalPlan:
         """Spark SQL computing h for ``table`` over the rows registered as ``batch_view``."""
         return self.h_query(table, batch_view).sql
 
-    def h_query(self, table: str, batch_view: str) -> Query:
-        """H for ``table`` over ``batch_view``, with the bucket it computes (:class:`Query`)."""
+    def h_query(self, table: str, batch_view: str, bucketed: bool = True) -> Query:
+        """H for ``table`` over ``batch_view``, with the bucket it computes (:class:`Query`).
+
+        ``bucketed=False`` for rows never stored (their ``_bucket`` is NULL, see render_h).
+        """
         hq = next(q for q in self.h if q.table.name == table)
+        if not bucketed:
+            return Query(render_h(hq, batch_view, bucketed=False))
         return Query(render_h(hq, batch_view), h_bucket(hq))
 
     def answer_sql(self, state_views: dict[str, str]) -> str:

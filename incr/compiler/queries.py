@@ -45,8 +45,13 @@ def h_bucket(hq: HQuery) -> Bucket | None:
     return Bucket(BUCKET, columns, hq.buckets)
 
 
-def render_h(hq: HQuery, batch_view: str) -> str:
-    """The fold h of one state table over the batch registered as ``batch_view``."""
+def render_h(hq: HQuery, batch_view: str, bucketed: bool = True) -> str:
+    """The fold h of one state table over the batch registered as ``batch_view``.
+
+    ``bucketed=False`` leaves ``_bucket`` NULL: for h of a table that is never stored (a
+    streaming stage's rows, handed on as its output change), where no one reads the bucket
+    and hashing it would only cost (and keep the driver-side engine from running it).
+    """
     table = hq.table
     inner: list[str] = [f"{k.expr.render(SPARK)} AS {q(k.name)}" for k in table.keys]
     if table.value_key is not None:
@@ -62,7 +67,8 @@ def render_h(hq: HQuery, batch_view: str) -> str:
         inner.append("1 AS `_one`")
     where = f" WHERE {hq.where.render(SPARK)}" if hq.where is not None else ""
     key_cols = table.key_columns
-    outer = [f"{bucket_expression(table.bucket_columns, hq.buckets)} AS {q(BUCKET)}"]
+    bucket = bucket_expression(table.bucket_columns, hq.buckets) if bucketed else "CAST(NULL AS INT)"
+    outer = [f"{bucket} AS {q(BUCKET)}"]
     outer += [q(c) for c in key_cols]
     for v in table.values:
         arg = q(args[v.arg.sql]) if v.arg is not None else None

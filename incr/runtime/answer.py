@@ -38,7 +38,7 @@ from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import merge_ident, render_old_rows
 from incr.config import ANSWER_COMPACT_FILES, ANSWER_TARGET_FILE_BYTES
 from incr.runtime import sparkhash
-from incr.runtime.engine import DRIVER, SPARK, Engine, Engines, NotLocal, log
+from incr.runtime.engine import DRIVER, Engine, Engines, log
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import nullable
@@ -80,15 +80,8 @@ class AnswerTable:
             name, self.store.schema(self.path) if name == DRIVER else None))
 
     def _on_engine(self, rows: int, blocker: str | None, step: Callable[[str], T]) -> T:
-        """Runs ``step`` on the engine :meth:`Engines.choose` picks, in Spark if the driver
-        gives way."""
-        subject = f"view {self.plan.view}"
-        if self.engines.choose("answer", subject, rows=rows, blocker=blocker) == DRIVER:
-            try:
-                return step(DRIVER)
-            except NotLocal as e:
-                self.engines.fell_back("answer", subject, str(e))
-        return step(SPARK)
+        return self.engines.run("answer", f"view {self.plan.view}", step, rows=rows,
+                                blocker=blocker)
 
     def _run(self, name: str, schema: pa.Schema | None) -> pa.Table:
         engine = self.engines.engine(name, self.store)

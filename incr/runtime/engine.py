@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import pyarrow as pa
 
@@ -45,6 +45,8 @@ log = logging.getLogger("incr.runtime")
 
 SPARK = "spark"
 DRIVER = "driver"
+
+T = TypeVar("T")
 
 
 class NotLocal(Exception):
@@ -72,8 +74,14 @@ class Engine(abc.ABC):
         """
 
     @abc.abstractmethod
-    def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
-        """Defines ``name`` as the (Spark SQL) query ``sql``; ``cache`` when read repeatedly."""
+    def view(self, name: str, sql: Query | str, cache: bool = False,
+             schema: pa.Schema | None = None) -> str:
+        """Defines ``name`` as the (Spark SQL) query ``sql``; ``cache`` when read repeatedly.
+
+        ``schema``: the table whose types the rows have (a state table), for a query that
+        hashes a bucket: the driver hashes Spark's types, so it computes such a view's rows
+        at once, cast to ``schema``.
+        """
 
     @abc.abstractmethod
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
@@ -159,6 +167,17 @@ class Engines:
             return DRIVER
         log.info("%s %s: Spark, %s", step, subject, reason)
         return SPARK
+
+    def run(self, step: str, subject: str, work: Callable[[str], T], *, rows: int | None,
+            blocker: str | None = None) -> T:
+        """``work(engine name)`` on the engine :meth:`choose` picks; again in Spark when the
+        driver gives way (:class:`NotLocal`).  ``work`` must leave nothing half-done."""
+        if self.choose(step, subject, rows=rows, blocker=blocker) == DRIVER:
+            try:
+                return work(DRIVER)
+            except NotLocal as e:
+                self.fell_back(step, subject, str(e))
+        return work(SPARK)
 
     def fell_back(self, step: str, subject: str, reason: str) -> None:
         """Logs that a driver-side step gave way to Spark, and why."""

@@ -106,8 +106,11 @@ class Fold:
         self.touched: pa.Table | None = None
 
     # -- naming results on the engine ---------------------------------------------------------
-    def _view(self, name: str, sql: Query | str, cache: bool = False) -> str:
-        return self.engine.view(self._prefix + name, sql, cache)
+    def _view(self, name: str, sql: Query | str, cache: bool = False,
+              table: str | None = None) -> str:
+        """Names a query's rows; ``table``: the state table they have the types of."""
+        schema = self.state.schema(table) if table is not None else None
+        return self.engine.view(self._prefix + name, sql, cache, schema)
 
     def _state(self, table: str) -> str:
         return self.engine.delta(f"{self._prefix}state_{table}", self.state.path(table))
@@ -212,8 +215,8 @@ class Fold:
         """A streaming stage's output changes: h(Δ⁺) gained, h(Δ⁻) lost (no state read)."""
         main = stage.main_tables[0]
         plus, minus = self._split(delta, stage)
-        gained = self._view(f"hp_{main.name}", self.plan.h_query(main.name, plus))
-        lost = self._view(f"hn_{main.name}", self.plan.h_query(main.name, minus))
+        gained = self._view(f"hp_{main.name}", self.plan.h_query(main.name, plus, bucketed=False))
+        lost = self._view(f"hn_{main.name}", self.plan.h_query(main.name, minus, bucketed=False))
         return render_output_change(stage, {main.name: lost}, {main.name: gained})
 
     def _fast_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
@@ -248,8 +251,10 @@ class Fold:
         main = stage.main_tables[0]
         touched_keys = ""
         for table in stage.main_tables:
-            hp = self._view(f"hp_{table.name}", self.plan.h_query(table.name, plus), cache=True)
-            hn = self._view(f"hn_{table.name}", self.plan.h_query(table.name, minus), cache=True)
+            hp = self._view(f"hp_{table.name}", self.plan.h_query(table.name, plus), cache=True,
+                            table=table.name)
+            hn = self._view(f"hn_{table.name}", self.plan.h_query(table.name, minus), cache=True,
+                            table=table.name)
             if table is main:
                 touched_keys = self._view(f"touched_{stage.name}",
                                           render_touched_keys(table, hp, hn), cache=True)

@@ -20,6 +20,18 @@ so each batch runs n steps of the iteration warm-started from the previous answe
 step only touches the state reachable from what changed.  On the first batch this is
 exactly the iteration from INITIAL.
 
+**Cost follows the frontier.**  ``a(T) ⊖ X`` is only computed for the step's groups that a
+fold changed since they were last compared (the fold reports them): a group no fold touched
+has the a(T) row it had when last compared, and X's row of it only changes by ΔX, so it
+cannot differ now if it did not then.  That needs a per-group step answer (every θ shown,
+see :mod:`incr.compiler.publish`) and an exact record of the touched groups; the first
+batch (INITIAL moves X without a comparison), a resumed run and a per-row answer compare
+every group instead.  The groups touched by a batch's last move, not compared yet, are
+kept in ``_frontier`` for the next batch, valid only for the state version they were
+written after.  A move whose ΔX and tables are small runs on the driver-side engine
+(DuckDB, :class:`~incr.runtime.engine.Engines`), so a batch that moves few ranks starts
+no Spark job; looked-up X (k-means) runs in Spark.
+
 Every move is numbered (``batch * MOVES + 2j`` and ``+ 2j + 1``) and each table records the
 numbers it committed, so a crash at any point resumes where it stopped: ΔX is written to a
 Delta table before it is applied, and X is committed last in each move.
@@ -27,28 +39,33 @@ Delta table before it is applied, and X is committed last in each move.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from incr.compiler.iterate import (
     INITIAL_SOURCE,
     apply_dx_sql,
     dx_sql,
     extend_sql,
+    frontier_rows_sql,
     initial_dx_sql,
     lookup_pairs_sql,
     reassigned_sql,
     typed_sql,
 )
-from incr.compiler.plan import WEIGHT, IncrementalPlan
+from incr.compiler.plan import BUCKET, WEIGHT, IncrementalPlan
+from incr.compiler.sqlgen import render_all, render_old_rows
 from incr.runtime import faults
+from incr.runtime.engine import DRIVER, Engine
 from incr.runtime.landing import DELETE
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
-from incr.runtime.session import SparkEngine, read_delta
+from incr.runtime.session import SparkEngine
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable
 
@@ -56,6 +73,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from incr.runtime.engine import Engines
+
+log = logging.getLogger("incr.runtime")
 
 #: Numbers per batch: a batch's moves are numbered batch * MOVES + 0 .. MOVES - 1.
 MOVES = 2048
@@ -68,6 +87,30 @@ def view_runtime(plan: IncrementalPlan, store: DeltaStore, engines: Engines,
     if plan.iteration is not None:
         return IterativeRuntime(plan, store, engines, warehouse)
     return ViewRuntime(plan, store, engines, warehouse)
+
+
+def _once(register: Callable[[], None] | None) -> Callable[[], None] | None:
+    """``register``, doing its work on the first call only (the fold and INITIAL both ask)."""
+    if register is None:
+        return None
+    done: list[bool] = []
+
+    def once() -> None:
+        if not done:
+            register()
+            done.append(True)
+
+    return once
+
+
+def _union(a: pa.Table | None, b: pa.Table | None) -> pa.Table | None:
+    """Touched groups of two folds (None: not known, so neither is the union)."""
+    if a is None or b is None:
+        return None
+    if not a.num_rows:
+        return b
+    both = pa.concat_tables([a, b.select(a.column_names).cast(a.schema)])
+    return both.group_by(both.column_names).aggregate([])
 
 
 class IterativeRuntime:
@@ -84,19 +127,26 @@ class IterativeRuntime:
         self.answer_path = self.step.answer_path
         self.iterate_path = self.step.state_root / "_iterate"
         self.dx_path = self.step.state_root / "_dx"
+        self.frontier_path = self.step.state_root / "_frontier"
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
-        self._views = SparkEngine(engines, store)  # the loop runs in Spark
+        self._spark_views = SparkEngine(engines, store)  # looked-up X runs in Spark
+        self._x_schema = nullable(arrow_schema(self.it.columns))
+        self._dx_schema = self._x_schema.append(pa.field(WEIGHT, pa.int64()))
 
     @property
     def spark(self) -> SparkSession:
-        """The run's SparkSession (the loop runs there; started on first use)."""
+        """The run's SparkSession (started on first use)."""
         return self.engines.spark
 
     # -- progress, as ViewRuntime ------------------------------------------------------------
+    def _state_number(self) -> int:
+        """The last move number every main state table of the step committed (-1: none)."""
+        return min(self.step.store.applied_through(self.step.table_path(t.name))
+                   for t in self.plan.main_tables)
+
     def state_through(self) -> int:
-        tables = [self.step.store.applied_through(self.step.table_path(t.name))
-                  for t in self.plan.main_tables]
-        return min(tables) // MOVES if min(tables) >= 0 else -1
+        number = self._state_number()
+        return number // MOVES if number >= 0 else -1
 
     def answer_through(self) -> int:
         return self.step.answer_through()
@@ -122,50 +172,72 @@ class IterativeRuntime:
               register: Callable[[], None] | None = None) -> ViewMetrics:
         """Folds the batch, runs the loop, then publishes the new iterate.
 
-        The loop runs in Spark, so ``arrow`` (the batch on the driver) is not used and the
-        batch's temp view is made (``register``) before anything reads it.
+        ``arrow`` (the batch on the driver) lets the batch's fold and the first batch's
+        INITIAL run on the driver; ``register`` makes the batch's Spark temp view, called
+        before Spark reads it.
         """
-        if register is not None:
-            register()
         metrics = ViewMetrics(self.plan.view, batch)
+        register = _once(register)
         base = batch * MOVES
         first = not self.store.exists(self.iterate_path) or self._seed_batch() == batch
         sign = -1 if kind == DELETE else 1
         lookups = [lk for lk in self.it.lookups if lk.table.lower() == source.lower()]
         trace = {"batch": batch, "moves": 0, "dx_rows": []}
+        answer_at = self.step.answer.through()
+        in_step = answer_at >= 0 and answer_at == self.state_through() < batch
+        # Groups whose a(T) was not compared with X yet: from the last batch, then each fold's.
+        pending = None if first else self._frontier(self._state_number())
         try:
-            x_old = self._iterate_view("x_start")
-            view = self._extend(batch_view, lookups, x_old, "start") if lookups else batch_view
-            self.step.fold(base, source, view, sign, metrics)
+            if lookups:  # every row looks X up in Spark (see incr.compiler.iterate)
+                if register is not None:
+                    register()
+                x_old = self._spark_iterate("x_start")
+                view = self._spark("ext_start", extend_sql(self.it, lookups, batch_view, x_old))
+                touched = self.step.fold(base, source, view, sign, metrics)
+            else:
+                touched = self.step.fold(base, source, batch_view, sign, metrics, arrow, register)
+            changed = touched  # every group this batch changed: what the answer follows
+            pending = None if first else _union(pending, touched)
             moves = self.it.iterations if first else self.it.iterations - 1
             done = max(self._through(self.iterate_path) - base, 0) // 2
+            if done:  # resumed after a crash: the folds before it were not seen
+                pending = changed = None
             for j in range(done + 1, moves + 1):
-                dx = self._dx(base + 2 * j, first and j == 1, batch_view, source)
-                rows = self.spark.table(dx).count()
-                trace["dx_rows"].append(rows)
-                if rows == 0:
+                number = base + 2 * j
+                seed = first and j == 1
+                dx = self._dx(number, seed, arrow, batch_view, source, register, pending)
+                trace["dx_rows"].append(dx.num_rows)
+                # Every pending group was just compared; INITIAL compares none.
+                pending = self._no_groups() if self._restricts() and not seed else None
+                if dx.num_rows == 0:
                     break
                 trace["moves"] = j
-                x_old = self._iterate_view(f"x_{j}")
-                x_new = self._apply_dx(x_old, dx, j)
+                x_old = self._read_iterate()
+                x_new = self._apply_dx(x_old, dx)
                 if self.it.joined:
-                    self.step.fold(base + 2 * j, self.it.name, dx, 0, metrics)
+                    name = f"incr_{self.plan.view}_it_dx_{number}"
+                    t = self.step.fold(number, self.it.name, name, 0, metrics, dx,
+                                       self._registrar(name, dx))
+                    pending, changed = _union(pending, t), _union(changed, t)
                 if lookups and sign > 0:
-                    moved = self._reassigned(batch_view, lookups, x_old, x_new, j)
-                    self.step.fold(base + 2 * j + 1, source, moved, 0, metrics)
-                self._write_iterate(x_new, base + 2 * j + 1, batch if first else None)
+                    reassigned = self._reassigned(batch_view, lookups, x_old, x_new, j)
+                    t = self.step.fold(number + 1, source, reassigned, 0, metrics)
+                    pending, changed = _union(pending, t), _union(changed, t)
+                self._write_iterate(x_new, number + 1, batch if first else None)
                 faults.crash_point("iterate.after_move", batch)
+            self._write_frontier(pending)
         finally:
-            self._release()
+            self._spark_views.close()
         self.log.append(trace)
         faults.crash_point("view.after_state", batch)
         t0 = time.perf_counter()
-        metrics.answer_rows = self.publish(batch)
+        metrics.answer_rows = self.step.answer.publish(
+            batch, changed if in_step and not first else None, metrics)
         metrics.answer_s = time.perf_counter() - t0
         faults.crash_point("view.after_answer", batch)
         return metrics
 
-    # -- the iterate X -----------------------------------------------------------------------
+    # -- the iterate X, ΔX and the frontier --------------------------------------------------
     def _through(self, path: Path) -> int:
         return self.store.applied_through(path) if self.store.exists(path) else -1
 
@@ -173,76 +245,159 @@ class IterativeRuntime:
         value = self.store.last_commit_metadata(self.iterate_path, SEED)
         return int(value) if value is not None else None
 
-    def _iterate_view(self, name: str) -> str:
-        if self.store.exists(self.iterate_path):
-            df = read_delta(self.spark, self.store, str(self.iterate_path))
-        else:
-            df = self.spark.createDataFrame(nullable(arrow_schema(self.it.columns)).empty_table())
-        return self._view(name, df, cache=True)
+    def _read_iterate(self) -> pa.Table:
+        if not self.store.exists(self.iterate_path):
+            return self._x_schema.empty_table()
+        return self.store.read(self.iterate_path).cast(self._x_schema)
 
-    def _write_iterate(self, view: str, number: int, seed_batch: int | None) -> None:
-        data = self.spark.table(view).toArrow()
-        data = data.cast(nullable(arrow_schema(self.it.columns)))
+    def _iterate(self, engine: Engine, name: str) -> str:
+        """Registers the current X on ``engine`` (no rows before the first batch)."""
+        if self.store.exists(self.iterate_path):
+            return engine.delta(name, self.iterate_path)
+        return engine.table(name, self._x_schema.empty_table())
+
+    def _write_iterate(self, data: pa.Table, number: int, seed_batch: int | None) -> None:
         seed = seed_batch if seed_batch is not None else self._seed_batch()
-        self.store.write(self.iterate_path, data, mode="overwrite", batch=number,
+        self.store.write(self.iterate_path, data.cast(self._x_schema), mode="overwrite",
+                         batch=number,
                          description=f"incr iterate of view {self.plan.view}: the X the state "
                                      f"was last moved to",
                          metadata={SEED: str(seed)} if seed is not None else None)
 
-    def _dx(self, number: int, seed: bool, batch_view: str, source: str) -> str:
+    def _restricts(self) -> bool:
+        """Whether ΔX may be compared over the touched groups only (a per-group step answer)."""
+        return self.plan.publish.by_change
+
+    def _no_groups(self) -> pa.Table:
+        """No touched group, in the shape the fold reports them."""
+        main = self.plan.main_tables[0]
+        schema = self.step.state.schema(main.name)
+        return pa.schema([schema.field(c) for c in (BUCKET, *main.key_columns)]).empty_table()
+
+    def _frontier(self, number: int) -> pa.Table | None:
+        """The groups the last batch's final fold touched and no move compared, if they were
+        recorded after state version ``number`` (None: not known, compare every group)."""
+        if not self._restricts() or self._through(self.frontier_path) != number:
+            return None
+        return self.store.read(self.frontier_path)
+
+    def _write_frontier(self, pending: pa.Table | None) -> None:
+        if not self._restricts():
+            return
+        if pending is None:
+            self.store.remove(self.frontier_path)
+            return
+        self.store.write(self.frontier_path, pending, mode="overwrite",
+                         batch=self._state_number(), replace_schema=True,
+                         description=f"incr frontier of view {self.plan.view}: groups of the "
+                                     f"step touched by the last move, not compared with X yet")
+
+    def _dx(self, number: int, seed: bool, arrow: pa.Table | None, batch_view: str,
+            source: str, register: Callable[[], None] | None,
+            pending: pa.Table | None) -> pa.Table:
         """ΔX for move ``number``: read back if written before a crash, else computed."""
         if self._through(self.dx_path) == number:
-            return self._view(f"dx_{number}", read_delta(self.spark, self.store,
-                                                         str(self.dx_path)), cache=True)
-        if seed:
-            for table in self.it.initial_tables:
-                rows = batch_view if table.lower() == source.lower() else self._empty(table)
-                self.spark.table(rows).createOrReplaceTempView(INITIAL_SOURCE + table.lower())
-            sql = initial_dx_sql(self.it)
-        else:
-            sql = self._diff()
-        data = self.spark.sql(sql).toArrow()
-        schema = nullable(arrow_schema(self.it.columns))
-        schema = schema.append(pa.field(WEIGHT, pa.int64()))
-        self.store.write(self.dx_path, data.cast(schema), mode="overwrite", batch=number,
+            return self.store.read(self.dx_path).cast(self._dx_schema)
+        data = self._initial(arrow, batch_view, source, register) if seed else self._diff(pending)
+        data = data.select(self._dx_schema.names).cast(self._dx_schema)
+        self.store.write(self.dx_path, data, mode="overwrite", batch=number,
                          description=f"incr ΔX of view {self.plan.view} for the move being applied")
-        for table in self.it.initial_tables:
-            self.spark.catalog.dropTempView(INITIAL_SOURCE + table.lower())
-        return self._view(f"dx_{number}", self.spark.createDataFrame(data.cast(schema)),
-                          cache=True)
+        return data
 
-    def _empty(self, table: str) -> str:
-        decl = next(t for t in self.plan.source_tables if t.name.lower() == table.lower())
-        return self._view(f"empty_{table}", self.spark.createDataFrame(
-            nullable(arrow_schema(decl.columns)).empty_table()))
+    def _loop(self, what: str, rows: int | None, work: Callable[[Engine], pa.Table]) -> pa.Table:
+        """``work`` on the engine :meth:`Engines.run` picks (Spark for looked-up X)."""
+        blocker = "the step looks X up (Spark)" if self.it.lookups else None
 
-    def _diff(self) -> str:
-        """a(T) ⊖ X: new rows (+1) and the old rows they replace (-1), beyond TOLERANCE."""
-        state = {t.name: self._view(f"state_{t.name}", read_delta(
-            self.spark, self.store, str(self.step.table_path(t.name)))) for t in self.plan.main_tables}
-        new = self._view("next", self.spark.sql(typed_sql(self.it, self.plan.answer_sql(state))),
-                         cache=True)
-        return dx_sql(self.it, new, self._iterate_view("x_diff"))
+        def run(name: str) -> pa.Table:
+            engine = self.engines.engine(name, self.store)
+            try:
+                return work(engine)
+            finally:
+                engine.close()
 
-    def _apply_dx(self, x_old: str, dx: str, j: int) -> str:
+        return self.engines.run("loop", f"{what} of view {self.plan.view}", run, rows=rows,
+                                blocker=blocker)
+
+    def _initial(self, arrow: pa.Table | None, batch_view: str, source: str,
+                 register: Callable[[], None] | None) -> pa.Table:
+        """The first ΔX: INITIAL over the first batch."""
+        def work(engine: Engine) -> pa.Table:
+            for table in self.it.initial_tables:
+                name = INITIAL_SOURCE + table.lower()
+                if table.lower() != source.lower():
+                    decl = next(t for t in self.plan.source_tables
+                                if t.name.lower() == table.lower())
+                    engine.table(name, nullable(arrow_schema(decl.columns)).empty_table())
+                elif engine.name == DRIVER:
+                    assert arrow is not None
+                    engine.table(name, arrow)
+                else:
+                    if register is not None:
+                        register()
+                    engine.view(name, render_all(batch_view))
+            return engine.collect(initial_dx_sql(self.it), self._dx_schema)
+
+        return self._loop("INITIAL", arrow.num_rows if arrow is not None else None, work)
+
+    def _diff(self, pending: pa.Table | None) -> pa.Table:
+        """a(T) ⊖ X, beyond TOLERANCE: over the ``pending`` groups only, or (None) every group."""
+        prefix = f"incr_{self.plan.view}_it_"
+
+        def work(engine: Engine) -> pa.Table:
+            x = self._iterate(engine, prefix + "x")
+            state: dict[str, str] = {}
+            if pending is None:
+                for t in self.plan.main_tables:
+                    state[t.name] = engine.delta(prefix + f"state_{t.name}",
+                                                 self.step.table_path(t.name))
+                old = x
+            else:
+                keys = engine.table(prefix + "frontier", pending)
+                buckets = pc.unique(pending.column(BUCKET)).to_pylist()
+                for t in self.plan.main_tables:
+                    whole = engine.delta(prefix + f"state_{t.name}",
+                                         self.step.table_path(t.name), buckets)
+                    state[t.name] = engine.view(prefix + f"touched_{t.name}",
+                                                render_old_rows(t, whole, keys))
+                old = engine.view(prefix + "x_frontier", frontier_rows_sql(
+                    self.it, x, keys, self.plan.publish.keys))
+            new = engine.view(prefix + "next", typed_sql(self.it, self.plan.answer_sql(state)))
+            return engine.collect(dx_sql(self.it, new, old), self._dx_schema)
+
+        return self._loop("a(T) ⊖ X", 0, work)
+
+    def _apply_dx(self, x: pa.Table, dx: pa.Table) -> pa.Table:
         """X ⊕ ΔX: rows whose key ΔX removes go, its new rows come."""
-        return self._view(f"x_new_{j}", self.spark.sql(apply_dx_sql(self.it, x_old, dx)), cache=True)
+        prefix = f"incr_{self.plan.view}_it_"
 
-    # -- looked-up X -------------------------------------------------------------------------
-    def _extend(self, batch_view: str, lookups, x: str, name: str) -> str:
-        """The batch with each lookup's column computed against iterate ``x``."""
-        return self._view(f"ext_{name}", self.spark.sql(extend_sql(self.it, lookups, batch_view, x)))
+        def work(engine: Engine) -> pa.Table:
+            sql = apply_dx_sql(self.it, engine.table(prefix + "x_old", x),
+                               engine.table(prefix + "dx", dx))
+            return engine.collect(sql, self._x_schema).cast(self._x_schema)
 
-    def _reassigned(self, batch_view: str, lookups, x_old: str, x_new: str, j: int) -> str:
+        return self._loop("X ⊕ ΔX", x.num_rows + dx.num_rows, work)
+
+    def _registrar(self, name: str, rows: pa.Table) -> Callable[[], None]:
+        """Makes ``rows`` the Spark temp view ``name`` when a Spark fold asks for it."""
+        def register() -> None:
+            self._spark_views.table(name, rows)
+
+        return register
+
+    # -- looked-up X (in Spark) --------------------------------------------------------------
+    def _spark(self, name: str, sql: str, cache: bool = False) -> str:
+        return self._spark_views.view(f"incr_{self.plan.view}_it_{name}", sql, cache)
+
+    def _spark_iterate(self, name: str) -> str:
+        return self._iterate(self._spark_views, f"incr_{self.plan.view}_it_{name}")
+
+    def _reassigned(self, batch_view: str, lookups, x_old: pa.Table, x_new: pa.Table,
+                    j: int) -> str:
         """The batch's rows whose lookups change from ``x_old`` to ``x_new``: out, then in."""
-        pairs = self._view(f"lk_{j}", self.spark.sql(
-            lookup_pairs_sql(self.it, lookups, batch_view, x_old, x_new)), cache=True)
+        prefix = f"incr_{self.plan.view}_it_"
+        old = self._spark_views.table(f"{prefix}xo_{j}", x_old)
+        new = self._spark_views.table(f"{prefix}xn_{j}", x_new)
+        pairs = self._spark(f"lk_{j}", lookup_pairs_sql(self.it, lookups, batch_view, old, new),
+                            cache=True)
         columns = [f.name for f in self.spark.table(batch_view).schema.fields]
-        return self._view(f"moved_{j}", self.spark.sql(reassigned_sql(lookups, pairs, columns)))
-
-    # -- temp views (our own: the step's are dropped at the end of each fold) ----------------
-    def _view(self, name: str, df, cache: bool = False) -> str:
-        return self._views.frame(f"incr_{self.plan.view}_it_{name}", df, cache)
-
-    def _release(self) -> None:
-        self._views.close()
+        return self._spark(f"moved_{j}", reassigned_sql(lookups, pairs, columns))

@@ -46,7 +46,7 @@ _ALLOWED = (
     exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
     exp.Join, exp.Subquery, exp.Table, exp.TableAlias, exp.Alias, exp.Column, exp.Identifier,
     exp.Star, exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.Union, exp.Distinct,
-    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.SafeDivide, exp.Neg, exp.Abs,
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.SafeDivide, exp.Neg, exp.Abs, exp.Greatest,
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
     exp.And, exp.Or, exp.Not, exp.Is, exp.Case, exp.If, exp.Coalesce,
     exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt,
@@ -195,14 +195,18 @@ class DriverEngine(Engine):
                            f"{self.sql.max_state_rows}")
         return self.table(name, self.store.read(path, buckets=buckets))
 
-    def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
-        """Defines ``name`` as the query; a query that hashes a bucket is left to Spark (the
-        bucket needs the Spark types of a result, which only :meth:`collect` knows)."""
+    def view(self, name: str, sql: Query | str, cache: bool = False,
+             schema: pa.Schema | None = None) -> str:
+        """Defines ``name`` as the query.  A query that hashes a bucket is computed at once
+        and registered as rows of ``schema`` (the bucket needs the Spark types of a result);
+        without ``schema`` it is left to Spark."""
         import duckdb
 
         query = as_query(sql)
         if query.bucket is not None:
-            raise NotLocal(f"{name}: it hashes a bucket outside a collected result")
+            if schema is None:
+                raise NotLocal(f"{name}: it hashes a bucket outside a collected result")
+            return self.table(name, self.collect(query, schema))
         prepared = _prepare(query.sql, None)
         if isinstance(prepared, str):
             raise NotLocal(f"{name}: {prepared}")

@@ -112,8 +112,7 @@ class ViewRuntime:
             return None  # committed everywhere (and outboxes may have moved on to later numbers)
         subject = f"batch {batch} of {source} into view {self.plan.view}"
         rows = arrow.num_rows if arrow is not None else None
-        if self.engines.choose("fold", subject, rows=rows,
-                               blocker=self._driver_blocker(reached, sign)) == DRIVER:
+        if self.engines.choose("fold", subject, rows=rows) == DRIVER:
             assert arrow is not None
             engine = self.engines.engine(DRIVER, self.store)
             fold = Fold(self.plan, self.state, engine, metrics)
@@ -150,23 +149,6 @@ class ViewRuntime:
         tables = [t.name for s in reached for t in self.plan.stored(s)
                   if t.side_of is None or (s.name, t.side_of) in moved]
         return tables + [s.outbox for s in reached if s.outbox in self.plan.outboxes()]
-
-    def _driver_blocker(self, reached: list[StagePlan], sign: int) -> str | None:
-        """Why the fold cannot run on the driver whatever its size (None: it may).
-
-        The driver folds stages that read declared sources only, keep their own state and
-        hand nothing on: Δ then needs only the batch and side tables, and every result is a
-        MERGE into a state table.
-        """
-        if sign == 0:
-            return "the change is signed (an iteration's move)"
-        for stage in reached:
-            what = f"stage {stage.name or self.plan.view}"
-            if self.plan.virtual(stage) or self.plan.streams(stage) or self.plan.consumers(stage.name):
-                return f"{what} hands its changes on to another stage"
-            if any(i.derived for i in stage.inputs):
-                return f"{what} reads another stage's changes"
-        return None
 
     def ensure_tables(self) -> None:
         """Creates every missing state table (h(∅)); see :meth:`ViewState.ensure_tables`."""

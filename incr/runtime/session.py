@@ -115,7 +115,8 @@ class SparkEngine(Engine):
         return self.frame(name, read_delta(self.spark, self.store, str(path), buckets))
 
     @per_engine("compiled SQL", SPARK)
-    def view(self, name: str, sql: Query | str, cache: bool = False) -> str:
+    def view(self, name: str, sql: Query | str, cache: bool = False,
+             schema: pa.Schema | None = None) -> str:
         return self.frame(name, self.spark.sql(as_query(sql).sql), cache)
 
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
