@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, TableFeatures, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
@@ -264,6 +264,22 @@ class DeltaStore:
         """The table's partition columns (``_bucket`` for state tables, none for others)."""
         return tuple(self.table(path).metadata().partition_columns)
 
+    def _enable_timestamp_ntz(self, path: Path, schema: pa.Schema) -> None:
+        """Enables the ``timestampNtz`` feature when ``schema`` (an overwrite's new one) has a
+        timestamp without zone and the table does not have it yet.
+
+        delta-rs's own write enables it; its commit of given files refuses the schema
+        instead.  This is a commit of its own, before the data's: a crash in between leaves
+        the same rows, and no batch marker.
+        """
+        if not any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
+            return
+        dt = self.table(path)
+        if "timestampNtz" in (dt.protocol().writer_features or []):
+            return
+        dt.alter.add_feature(TableFeatures.TimestampWithoutTimezone,
+                             allow_protocol_versions_increase=True)
+
     @contextmanager
     def staging(self, path: str | Path) -> Iterator[Path]:
         """A fresh directory for Spark to write files into, for :meth:`commit_files`; what
@@ -332,6 +348,7 @@ class DeltaStore:
         try:
             if exists:
                 changes: list[AddAction | RemoveAction] = [*actions]
+                self._enable_timestamp_ntz(root, schema)
                 self.table(root).create_write_transaction(
                     changes, mode, schema, partition_by=list(partitions) or None,
                     commit_properties=commit)

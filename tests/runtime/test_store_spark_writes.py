@@ -156,6 +156,12 @@ def test_overwrite_replaces_the_rows_and_may_replace_the_schema(spark, tmp_path)
         {"k": "0", "half": 0.0}, {"k": "1", "half": 0.5}, {"k": "2", "half": 1.0}]
     assert read_delta(spark, store, str(path)).count() == 3
     assert store.batch_version(path) == 2
+    # a timestamp without zone needs a table feature the table does not have yet
+    stamped = spark.sql("SELECT 1L AS k, TIMESTAMP_NTZ'2020-01-02 03:04:05' AS at")
+    write_delta(spark, store, path, stamped, mode="overwrite", batch=3, replace_schema=True,
+                metadata={"incr.batch": "3"})
+    assert store.read(path).to_pylist() == [{"k": 1, "at": dt.datetime(2020, 1, 2, 3, 4, 5)}]
+    assert store.batch_version(path) == 3 and store.last_commit_metadata(path, "incr.batch") == "3"
 
 
 def test_a_sorted_write_gives_each_file_a_narrow_range(spark, tmp_path):
