@@ -67,6 +67,10 @@ class ViewState:
     def schema(self, table: str) -> pa.Schema:
         return self.store.schema(self.path(table))
 
+    def is_empty(self, table: str) -> bool:
+        """True when ``table`` holds no row (before the initial load)."""
+        return self.store.is_empty(self.path(table))
+
     def stage_of(self, table: str) -> StagePlan:
         return next(s for s in self.plan.stages if any(t.name == table for t in s.tables))
 
@@ -115,7 +119,7 @@ class ViewState:
                 the rows do not fit its schema.
         """
         path = self.path(table.name)
-        if not self.store.is_empty(path):
+        if not self.is_empty(table.name):
             raise StorageError(f"view {self.plan.view}: state table {table.name} holds rows; "
                                f"h(ΔS) must be merged into it, not appended")
         return engine.write(path, rows, mode="append", batch=batch, sort_by=table.key_columns)
