@@ -19,7 +19,9 @@ Two ways to write it, as the compiler decided (:mod:`incr.compiler.publish`, pri
 Either way a batch is one commit, so readers see one consistent version per batch.  Queries
 come from the compiler (``answer_sql``, ``answer_change_sql``).  They run on the driver
 when the answer has been published before (its table's schema is then the target the
-driver's result is cast to) and the state rows they read are few; otherwise in Spark.
+driver's result is cast to) and the state rows they read are few; otherwise in Spark.  A
+rewrite computed in Spark is written by Spark's executors (the whole answer need not fit
+the driver's memory); the changed groups' rows and a top-k are few, and are collected.
 Each version carries the answer query's fingerprint, so a changed answer query (say
 ``LIMIT 10`` → ``LIMIT 5``) is republished rather than mistaken for current.
 """
@@ -75,9 +77,13 @@ class AnswerTable:
         """
         if published is None:
             published = self.through() >= 0
-        blocker = None if published else "its first publish takes its types from Spark"
-        return self._on_engine(0, blocker, lambda name: self._run(
+        return self._on_engine(0, self._blocker(published), lambda name: self._run(
             name, self.store.schema(self.path) if name == DRIVER else None))
+
+    @staticmethod
+    def _blocker(published: bool) -> str | None:
+        """Why a(state) cannot be computed on the driver (None: it may)."""
+        return None if published else "its first publish takes its types from Spark"
 
     def _on_engine(self, rows: int, blocker: str | None, step: Callable[[str], T]) -> T:
         return self.engines.run("answer", f"view {self.plan.view}", step, rows=rows,
@@ -86,12 +92,60 @@ class AnswerTable:
     def _run(self, name: str, schema: pa.Schema | None) -> pa.Table:
         engine = self.engines.engine(name, self.store)
         try:
-            views = {t.name: engine.delta(f"incr_{self.plan.view}_state_{t.name}",
-                                          self.state.path(t.name))
-                     for t in self.plan.main_tables}
-            return engine.collect(self.plan.answer_sql(views), schema)
+            return engine.collect(self.plan.answer_sql(self._state_views(engine)), schema)
         finally:
             engine.close()
+
+    def _state_views(self, engine: Engine) -> dict[str, str]:
+        """Each main state table, whole, registered on ``engine``."""
+        return {t.name: engine.delta(f"incr_{self.plan.view}_state_{t.name}",
+                                     self.state.path(t.name))
+                for t in self.plan.main_tables}
+
+    def _rewrite(self, batch: int, published: bool) -> int:
+        """Writes a(state), computed over the whole state, as the version for ``batch``;
+        returns its rows.
+
+        Computed on the driver, it is written from there; computed in Spark, Spark's
+        executors write it (:meth:`SparkEngine.write`), so the whole answer never passes
+        through the driver.
+        """
+        def step(name: str) -> int:
+            if name == DRIVER:
+                return self._write(self._run(DRIVER, self.store.schema(self.path)), batch)
+            return self._write_from_spark(batch)
+        return self._on_engine(0, self._blocker(published), step)
+
+    def _write_from_spark(self, batch: int) -> int:
+        """a(state) written by Spark's executors, as :meth:`_write` writes it."""
+        from incr.runtime.session import SparkEngine
+
+        engine = SparkEngine(self.engines, self.store)
+        try:
+            return engine.write(self.path, self.plan.answer_sql(self._state_views(engine)),
+                                mode="overwrite", batch=batch, replace_schema=True,
+                                sort_by=self._sort_by(), target_file_size=ANSWER_TARGET_FILE_BYTES,
+                                description=self._description(), metadata=self._metadata(batch))
+        finally:
+            engine.close()
+
+    def _write(self, answer: pa.Table, batch: int) -> int:
+        """Writes ``answer`` (on the driver) as the version for ``batch``; returns its rows."""
+        if self._sort_by() and answer.num_rows:
+            answer = answer.sort_by([(c, "ascending") for c in self._sort_by()])
+        self.store.write(self.path, answer.cast(nullable(answer.schema)), mode="overwrite",
+                         batch=batch, replace_schema=True, target_file_size=ANSWER_TARGET_FILE_BYTES,
+                         description=self._description(), metadata=self._metadata(batch))
+        return answer.num_rows
+
+    def _sort_by(self) -> tuple[str, ...]:
+        """The columns a rewritten answer is sorted by: those later MERGEs match on, so each
+        file holds a narrow key range and a MERGE leaves the files no touched group falls
+        in unread (none when the answer is never maintained by change)."""
+        return self.plan.publish.columns if self.plan.publish.by_change else ()
+
+    def _description(self) -> str:
+        return f"incr answer of view {self.plan.view} (program {self.plan.program})"
 
     def publish(self, batch: int, touched: pa.Table | None = None,
                 metrics: ViewMetrics | None = None) -> int:
@@ -128,20 +182,11 @@ class AnswerTable:
             answer = self.compute_top(touched)
             if metrics is not None and answer is not None:
                 metrics.answer_mode = "top"
-        if answer is None:
-            answer = self.compute(published=through >= 0)
-            if metrics is not None:
-                metrics.answer_mode = "rewrite"
-        if self.plan.publish.by_change and answer.num_rows:
-            # Sorted by the columns later MERGEs match on: each file then holds a narrow
-            # key range, and a MERGE leaves the files no touched group falls in unread.
-            answer = answer.sort_by([(c, "ascending") for c in self.plan.publish.columns])
-        self.store.write(self.path, answer.cast(nullable(answer.schema)), mode="overwrite",
-                         batch=batch, replace_schema=True, target_file_size=ANSWER_TARGET_FILE_BYTES,
-                         description=f"incr answer of view {self.plan.view} (program "
-                                     f"{self.plan.program})",
-                         metadata=self._metadata(batch))
-        return answer.num_rows
+        if answer is not None:
+            return self._write(answer, batch)
+        if metrics is not None:
+            metrics.answer_mode = "rewrite"
+        return self._rewrite(batch, published=through >= 0)
 
     def _merge_pays(self, touched: pa.Table) -> bool:
         """Whether a MERGE beats a rewrite: it rewrites every file a touched group may be in

@@ -8,7 +8,10 @@ a whole row (two salted xxhash64 chains over every column and its NULL flag) and
 count.  Insert batches append +count, delete batches append -count after checking that
 every deleted row has enough live copies; compaction folds the log (rows summing to 0 go).
 Small batches are fingerprinted and checked on the driver (:mod:`~incr.runtime.sparkhash`
-gives the same numbers as Spark), large ones in Spark.
+gives the same numbers as Spark), large ones in Spark, whose executors then write the
+batch's (h1, h2, n) rows themselves (:func:`~incr.runtime.session.write_delta`): an initial
+load's index rows are about as many as its rows, too many to gather on the driver.
+Compaction still folds the log on the driver.
 
 The index is per program and committed with the batch number, like every other table, so
 checking and recording a batch happen exactly once.
@@ -30,7 +33,7 @@ from incr.errors import InputError, Location
 from incr.runtime import sparkhash
 from incr.runtime.engine import DRIVER, SPARK, NotLocal, per_engine
 from incr.runtime.ingest import ROW
-from incr.runtime.session import read_delta
+from incr.runtime.session import read_delta, write_delta
 from incr.runtime.store import DeltaStore
 
 if TYPE_CHECKING:
@@ -92,9 +95,13 @@ class RowIndex:
         :meth:`Engines.choose` agrees, else in Spark over ``df()`` (the batch's DataFrame is
         only made when Spark needs it)."""
         hashed = self._driver_fingerprints(engines, "inserts", arrow)
-        counts = self._local_inserts(hashed) if hashed is not None else self._spark_inserts(df())
-        self._append(counts, batch)
-        return IndexMetrics(counts.num_rows, self._maybe_compact())
+        if hashed is not None:
+            counts = self._local_inserts(hashed)
+            self._append(counts, batch)
+            rows = counts.num_rows
+        else:
+            rows = self._spark_inserts(engines.spark, df(), batch)
+        return IndexMetrics(rows, self._maybe_compact())
 
     @per_engine("row index inserts", DRIVER)
     def _local_inserts(self, hashed: pa.Table) -> pa.Table:
@@ -103,12 +110,13 @@ class RowIndex:
         return pa.table({"h1": grouped["h1"], "h2": grouped["h2"], "n": grouped["h1_count"]})
 
     @per_engine("row index inserts", SPARK)
-    def _spark_inserts(self, df: DataFrame) -> pa.Table:
-        """(h1, h2, n): copies per fingerprint, computed in Spark."""
+    def _spark_inserts(self, spark: SparkSession, df: DataFrame, batch: int) -> int:
+        """(h1, h2, n): copies per fingerprint, computed in Spark and written to the index
+        by its executors; returns the rows written."""
         from pyspark.sql import functions as F
 
-        return (self.fingerprints(df).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
-                .toArrow())
+        counts = self.fingerprints(df).groupBy("h1", "h2").agg(F.count(F.lit(1)).alias("n"))
+        return self._write_from_spark(spark, counts, batch)
 
     def record_deletes(self, engines: Engines, df: Callable[[], DataFrame],
                        batch: int, display: str, arrow: pa.Table | None = None) -> IndexMetrics:
@@ -131,10 +139,12 @@ class RowIndex:
                                               engines.settings.local_index_rows)
             except NotLocal as e:
                 engines.fell_back("index", f"deletes of {self.table.name}", str(e))
-        if removed is None:
-            removed = self._spark_deletes(engines.spark, df(), display)
-        self._append(removed, batch)
-        return IndexMetrics(removed.num_rows, self._maybe_compact())
+        if removed is not None:
+            self._append(removed, batch)
+            rows = removed.num_rows
+        else:
+            rows = self._spark_deletes(engines.spark, df(), display, batch)
+        return IndexMetrics(rows, self._maybe_compact())
 
     def _driver_fingerprints(self, engines: Engines, what: str,
                              arrow: pa.Table | None) -> pa.Table | None:
@@ -178,8 +188,9 @@ class RowIndex:
         return pa.table({"h1": wanted["h1"], "h2": wanted["h2"], "n": pc.negate(wanted["d"])})
 
     @per_engine("row index deletes", SPARK)
-    def _spark_deletes(self, spark: SparkSession, df: DataFrame, display: str) -> pa.Table:
-        """The index rows that remove ``df``'s rows, checked by a semi-join in Spark."""
+    def _spark_deletes(self, spark: SparkSession, df: DataFrame, display: str, batch: int) -> int:
+        """The index rows that remove ``df``'s rows, checked by a semi-join in Spark and
+        written to the index by its executors; returns the rows written."""
         from pyspark.sql import functions as F
 
         hashed = self.fingerprints(df)
@@ -197,7 +208,8 @@ class RowIndex:
             if offenders:
                 total = bad.count()
                 raise InputError(self._message(offenders, total), Location(display))
-            return wanted.select("h1", "h2", (-F.col("d")).alias("n")).toArrow()
+            removed = wanted.select("h1", "h2", (-F.col("d")).alias("n"))
+            return self._write_from_spark(spark, removed, batch)
         finally:
             wanted.unpersist()
 
@@ -215,7 +227,15 @@ class RowIndex:
 
     def _append(self, counts: pa.Table, batch: int) -> None:
         self.store.write(self.path, counts.select(_SCHEMA.names).cast(_SCHEMA), mode="append",
-                         batch=batch, description=f"incr row index of {self.table.name}")
+                         batch=batch, description=self._description())
+
+    def _write_from_spark(self, spark: SparkSession, counts: DataFrame, batch: int) -> int:
+        """:meth:`_append` of rows in Spark, written by its executors."""
+        return write_delta(spark, self.store, self.path, counts, mode="append", batch=batch,
+                           schema=_SCHEMA, description=self._description())
+
+    def _description(self) -> str:
+        return f"incr row index of {self.table.name}"
 
     def _maybe_compact(self) -> bool:
         dt = self.store.table(self.path)

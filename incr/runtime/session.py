@@ -1,9 +1,14 @@
-"""The SparkSession, the Spark engine, and reading Delta tables into Spark without the JARs.
+"""The SparkSession, the Spark engine, and reading and writing Delta tables without the JARs.
 
 Spark reads a Delta table's current version through the table's file list (from delta-rs)
 with ``basePath`` set so the ``_bucket=<n>`` partition directories become a column.  That is
 only valid while the table uses no deletion vectors or column mapping; the storage adapter
 checks the protocol and refuses otherwise.
+
+Spark writes a Delta table's new files itself (:func:`write_delta`): its executors write
+Parquet files shaped like delta-rs's own (see :data:`PARQUET_FOR_DELTA`) into a staging
+directory, and the storage adapter commits them (:meth:`DeltaStore.commit_files`), so rows
+computed in Spark never pass through the driver's memory on their way to a table.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,11 +25,13 @@ import pyarrow as pa
 
 from incr.compiler.dialect import Query
 from incr.config import settings
+from incr.errors import StorageError
 from incr.runtime.engine import SPARK, Engine, as_query, per_engine
 from incr.runtime.store import DeltaStore
+from incr.runtime.types import nullable
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
     from incr.runtime.engine import Engines
 
@@ -80,6 +88,126 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
             .parquet(*snapshot.files).select(*[f.name for f in snapshot.schema]))
 
 
+#: Session settings of a write of files for delta-rs, set for the write only: Spark's
+#: Parquet writer takes them from the session, not from the write's options.  Timestamps as
+#: INT64 microseconds, as delta-rs writes them (Spark's default is the legacy INT96), the
+#: standard layout of decimals and lists (not Spark's legacy one), and dates and timestamps
+#: written as they are in the proleptic Gregorian calendar, as Arrow and delta-rs read them.
+PARQUET_FOR_DELTA = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.writeLegacyFormat": "false",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+    "spark.sql.parquet.int96RebaseModeInWrite": "CORRECTED",
+}
+#: Write options (these do reach the Parquet writer): footer statistics whole, never
+#: truncated, since the commit takes a string's footer bounds for exact ones.
+_WRITE_OPTIONS = {"parquet.statistics.truncate.length": str(2**31 - 1)}
+
+
+def write_delta(spark: SparkSession, store: DeltaStore, path: str | Path, df: DataFrame, *,
+                mode: str, batch: int | None, schema: pa.Schema | None = None,
+                replace_schema: bool = False, sort_by: Iterable[str] = (),
+                target_file_size: int | None = None, metadata: Mapping[str, str] | None = None,
+                description: str | None = None) -> int:
+    """Writes ``df``'s rows to the Delta table at ``path`` without collecting them: Spark's
+    executors write the files, delta-rs commits them with ``batch`` (see
+    :meth:`DeltaStore.commit_files`, which creates a missing table); returns the rows.
+
+    Each column is cast to the table's type, as a driver-side write casts its rows.  A
+    partitioned table (state, by ``_bucket``) gets one file per partition value, sorted by
+    ``sort_by`` within; an unpartitioned one is sorted by ``sort_by`` as a whole, so each file
+    holds a narrow range of it and a MERGE matching on those columns skips most files.
+
+    Args:
+        mode: ``append`` or ``overwrite``.
+        schema: the table's schema to cast to; None for the table's current one (``df``'s
+            own, every column nullable, for a new table).
+        replace_schema: write ``df``'s own schema (nullable), replacing the table's (an
+            answer's schema follows its query).
+        sort_by: the columns to sort the rows by.
+        target_file_size: about how large a file may get, in bytes (estimated from the
+            schema's column widths; None: one file per task and partition value).
+        metadata: custom commit metadata.
+        description: the description of a new table.
+
+    Raises:
+        StorageError: ``df`` lacks a column of the table or cannot be cast to its type, or
+            the commit failed.
+    """
+    from pyspark.errors import AnalysisException
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+
+    exists = store.exists(path)
+    if replace_schema or (schema is None and not exists):
+        schema = nullable(to_arrow_schema(df.schema))
+    elif schema is None:
+        schema = store.schema(path)
+    partitions = store.partition_columns(path) if exists else ()
+    try:
+        rows = df.select(*[_column(f.name).cast(f.dataType).alias(f.name)
+                           for f in from_arrow_schema(schema, prefer_timestamp_ntz=True)])
+    except AnalysisException as e:
+        raise StorageError(f"the rows written to the Delta table at {path} do not fit its "
+                           f"schema: {e}") from e
+    order = [_column(c) for c in sort_by]
+    cached = None
+    if partitions:
+        rows = rows.repartition(*[_column(c) for c in partitions])
+        rows = rows.sortWithinPartitions(*[_column(c) for c in partitions], *order)
+    elif order:  # a range partitioning samples its input first: computed once, not twice
+        cached = rows = rows.cache()
+        rows = rows.orderBy(*order)
+    writer = rows.write.format("parquet").mode("errorifexists").options(**_WRITE_OPTIONS)
+    if partitions:
+        writer = writer.partitionBy(*partitions)
+    if target_file_size:
+        writer = writer.option("maxRecordsPerFile", max(1, target_file_size // _row_bytes(schema)))
+    try:
+        with store.staging(path) as directory:
+            with _session_settings(spark, PARQUET_FOR_DELTA):
+                writer.save(str(directory.absolute()))
+            return store.commit_files(path, directory, mode=mode, batch=batch, schema=schema,
+                                      metadata=metadata, description=description)
+    finally:
+        if cached is not None:
+            cached.unpersist()
+
+
+def _column(name: str) -> Column:
+    """A column by its exact name (answer columns may be named ``sum(x)`` or ``a.b``)."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
+def _row_bytes(schema: pa.Schema) -> int:
+    """About how many bytes a row of ``schema`` takes (a fixed width, or 16 for strings and
+    other variable-width values), to turn a file size into a row count."""
+    total = 0
+    for f in schema:
+        try:
+            total += max(1, f.type.bit_width // 8)
+        except ValueError:
+            total += 16
+    return max(1, total)
+
+
+@contextmanager
+def _session_settings(spark: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
+    """The session's ``values`` while in the block, the previous ones after."""
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
+
+
 class SparkEngine(Engine):
     """The Spark engine (:class:`~incr.runtime.engine.Engine`): names are temporary views.
 
@@ -121,6 +249,21 @@ class SparkEngine(Engine):
 
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         return self.spark.sql(as_query(sql).sql).toArrow()
+
+    def write(self, path: Path, rows: Query | str | DataFrame, *, mode: str, batch: int | None,
+              replace_schema: bool = False, sort_by: Iterable[str] = (),
+              target_file_size: int | None = None, metadata: Mapping[str, str] | None = None,
+              description: str | None = None) -> int:
+        """Writes the rows of a query (or a DataFrame) to the Delta table at ``path`` from
+        the executors, the driver collecting nothing; returns the rows written.  See
+        :func:`write_delta` for the arguments."""
+        from pyspark.sql import DataFrame
+
+        df = rows if isinstance(rows, DataFrame) else self.spark.sql(as_query(rows).sql)
+        return write_delta(self.spark, self.store, path, df, mode=mode, batch=batch,
+                           replace_schema=replace_schema, sort_by=sort_by,
+                           target_file_size=target_file_size, metadata=metadata,
+                           description=description)
 
     def close(self) -> None:
         for name in self._names:

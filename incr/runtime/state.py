@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from incr.compiler.plan import BUCKET, WEIGHT, IncrementalPlan, MergeSpec, StagePlan, StateTable
+from incr.compiler.plan import (
+    BUCKET,
+    WEIGHT,
+    IncrementalPlan,
+    MergeSpec,
+    Query,
+    StagePlan,
+    StateTable,
+)
 from incr.compiler.sqlgen import render_anti_delta, render_none, render_rows, render_stage_delta
 from incr.config import COMPACT_FILES_PER_BUCKET
 from incr.errors import StorageError
@@ -59,6 +67,10 @@ class ViewState:
     def schema(self, table: str) -> pa.Schema:
         return self.store.schema(self.path(table))
 
+    def is_empty(self, table: str) -> bool:
+        """True when ``table`` holds no row (before the initial load)."""
+        return self.store.is_empty(self.path(table))
+
     def stage_of(self, table: str) -> StagePlan:
         return next(s for s in self.plan.stages if any(t.name == table for t in s.tables))
 
@@ -91,6 +103,26 @@ class ViewState:
                 f"with the row index. Rebuild the view (delete WAREHOUSE/state/{self.plan.view}).")
         self.compact(table)
         return result.source_rows
+
+    def append_from_spark(self, engine: SparkEngine, table: StateTable,
+                          rows: Query | str | DataFrame, batch: int) -> int:
+        """Writes h(ΔS) (``rows``, a query or DataFrame on ``engine``) into the empty
+        ``table`` for ``batch``; returns the rows written.
+
+        This is :meth:`merge` of an insert batch into an empty state (the initial load:
+        state ⊗ h(ΔS) = h(ΔS)) with nothing collected: Spark's executors write one file
+        per bucket, sorted by key as a compaction leaves it, and delta-rs commits them
+        with the batch marker.
+
+        Raises:
+            StorageError: ``table`` holds rows (appending would duplicate keys; MERGE), or
+                the rows do not fit its schema.
+        """
+        path = self.path(table.name)
+        if not self.is_empty(table.name):
+            raise StorageError(f"view {self.plan.view}: state table {table.name} holds rows; "
+                               f"h(ΔS) must be merged into it, not appended")
+        return engine.write(path, rows, mode="append", batch=batch, sort_by=table.key_columns)
 
     def compact(self, table: StateTable) -> bool:
         """Rewrites ``table`` sorted once it has too many files for its own bucket count."""

@@ -9,21 +9,38 @@ not available here (DESIGN §4).  Two properties matter to the rest of incr:
   batch is already in; a write with no data still commits the marker.
 * **One MERGE.** :class:`Merge` is shaped like delta-rs's merge builder (clause-named
   methods, ``execute()`` returns metrics) and is the only place a MERGE is issued.
+
+Rows computed in Spark are not collected to be written: Spark's executors write the Parquet
+files into a fresh staging directory of the table (:meth:`DeltaStore.staging`) and
+:meth:`DeltaStore.commit_files` moves them into the table's layout and commits them with
+delta-rs, with statistics read from each file's footer.  The exactly-once rule holds the
+same way: the files become part of the table only through that one commit, which carries the
+batch marker.  A crash before it leaves files no version references (a staging directory, or
+files already moved), never read: a retry writes its own, and a full vacuum
+(``vacuum(full=True)``) deletes the strays, as it does a crashed delta-rs write's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, TableFeatures, Transaction, write_deltalake
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from incr.compiler.plan import BUCKET
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
@@ -31,6 +48,8 @@ from incr.errors import StorageError
 
 APP_ID = "incr"
 _UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping"}
+#: Spark's name for a NULL partition value in a directory name.
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 @dataclass(frozen=True)
@@ -241,6 +260,110 @@ class DeltaStore:
         target = self.schema(path)
         self.write(path, data.select(target.names).cast(target), mode="append", batch=batch)
 
+    def partition_columns(self, path: str | Path) -> tuple[str, ...]:
+        """The table's partition columns (``_bucket`` for state tables, none for others)."""
+        return tuple(self.table(path).metadata().partition_columns)
+
+    def _enable_timestamp_ntz(self, path: Path, schema: pa.Schema) -> None:
+        """Enables the ``timestampNtz`` feature when ``schema`` (an overwrite's new one) has a
+        timestamp without zone and the table does not have it yet.
+
+        delta-rs's own write enables it; its commit of given files refuses the schema
+        instead.  This is a commit of its own, before the data's: a crash in between leaves
+        the same rows, and no batch marker.
+        """
+        if not any(pa.types.is_timestamp(f.type) and f.type.tz is None for f in schema):
+            return
+        dt = self.table(path)
+        if "timestampNtz" in (dt.protocol().writer_features or []):
+            return
+        dt.alter.add_feature(TableFeatures.TimestampWithoutTimezone,
+                             allow_protocol_versions_increase=True)
+
+    @contextmanager
+    def staging(self, path: str | Path) -> Iterator[Path]:
+        """A fresh directory for Spark to write files into, for :meth:`commit_files`; what
+        is left of it (a failed write's files) is deleted on leaving the block.
+
+        It is inside the table, so the files move into place by a rename, and its name
+        starts with neither ``_`` nor ``.``, so a full vacuum deletes what a crash left there
+        (it passes over such directories).
+        """
+        directory = Path(path) / f"spark-{uuid.uuid4().hex}"
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            yield directory
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+
+    def commit_files(self, path: str | Path, directory: str | Path, *, mode: str,
+                     batch: int | None, schema: pa.Schema | None = None,
+                     partition_by: Iterable[str] | None = None,
+                     metadata: Mapping[str, str] | None = None,
+                     description: str | None = None) -> int:
+        """Commits the Parquet files Spark wrote under ``directory`` (from :meth:`staging`)
+        as one append or overwrite of the table at ``path``; returns the rows committed.
+
+        The commit records ``batch`` and ``metadata`` like :meth:`write`, and creates the
+        table when there is none.  The files first move to where delta-rs puts its own (the
+        table root, or the Hive-style partition directories such as ``_bucket=3/`` that give
+        their partition values), because Spark reads a table through its file list with one
+        base path (:func:`~incr.runtime.session.read_delta`) and refuses files at two depths.
+        Each file's statistics come from its Parquet footer (:func:`_footer_stats`): delta-rs's
+        MERGE and :meth:`reach` skip files by them.  Files without rows are dropped, and the
+        directory goes, with Spark's ``_SUCCESS`` and ``.crc`` files.
+
+        Args:
+            path: the table.
+            directory: the directory of :meth:`staging` Spark wrote the files into.
+            mode: ``append`` or ``overwrite`` (the files replace every current file).
+            batch: the batch to record in the commit (None: none).
+            schema: the files' schema; None for the table's.  An overwrite with another
+                schema replaces the table's; a new table is created with it.
+            partition_by: the partition columns of a new table (an existing table keeps its
+                own).
+            metadata: custom commit metadata.
+            description: the description of a new table.
+
+        Raises:
+            StorageError: naming the table: the directory is not a staging directory of it,
+                holds something Spark would not write there, or delta-rs refused the commit.
+        """
+        if mode not in ("append", "overwrite"):
+            raise ValueError(f"mode must be append or overwrite, not {mode!r}")
+        root, staged = Path(path), Path(directory)
+        if staged.parent != root or staged.name.startswith(("_", ".")):
+            raise StorageError(f"{staged} is not a staging directory of the Delta table at {path}")
+        exists = self.exists(root)
+        partitions = self.partition_columns(root) if exists else tuple(partition_by or ())
+        if schema is None:
+            if not exists:
+                raise StorageError(f"no Delta table at {path}, and no schema to create it with")
+            schema = self.schema(root)
+        try:
+            actions, rows = _place(root, staged, partitions, schema)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        commit = _commit(batch, metadata)
+        try:
+            if exists:
+                changes: list[AddAction | RemoveAction] = [*actions]
+                self._enable_timestamp_ntz(root, schema)
+                self.table(root).create_write_transaction(
+                    changes, mode, schema, partition_by=list(partitions) or None,
+                    commit_properties=commit)
+            else:
+                create_table_with_add_actions(
+                    str(root), DeltaSchema.from_arrow(schema), actions, mode="error",
+                    partition_by=list(partitions) or None, description=description,
+                    commit_properties=commit)
+        except DeltaError as e:
+            # The moved files are referenced by no version, and a full vacuum deletes them;
+            # not here: a commit that landed and failed after (say in its checkpoint) needs them.
+            raise StorageError(f"committing the files Spark wrote to the Delta table at {path} "
+                               f"failed: {e}") from e
+        return rows
+
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
         """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""
         return Merge(self, Path(path), source)
@@ -394,6 +517,130 @@ def _bucket_filter(partitions: tuple[str, ...],
         return None
     listed = sorted({int(b) for b in buckets})
     return [(BUCKET, "in", [str(b) for b in listed])] if listed else []
+
+
+def _place(root: Path, staged: Path, partitions: tuple[str, ...],
+           schema: pa.Schema) -> tuple[list[AddAction], int]:
+    """Moves the data files under ``staged`` to the same place in the table and returns
+    their add actions and row count (files without rows are left to be removed)."""
+    actions: list[AddAction] = []
+    rows = 0
+    for source, values in _staged_files(root, staged, partitions):
+        footer = pq.read_metadata(source)
+        if not footer.num_rows:
+            continue
+        relative = source.relative_to(staged)
+        target = root / relative
+        if target.exists():
+            raise StorageError(f"Spark wrote {relative} for the Delta table at {root}, which "
+                               f"already holds a file of that name")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(source, target)
+        st = target.stat()
+        actions.append(AddAction(relative.as_posix(), st.st_size, values,
+                                 st.st_mtime_ns // 1_000_000, True,
+                                 _footer_stats(footer, schema)))
+        rows += footer.num_rows
+    return actions, rows
+
+
+def _staged_files(root: Path, staged: Path,
+                  partitions: tuple[str, ...]) -> list[tuple[Path, dict[str, str | None]]]:
+    """The data files Spark wrote under ``staged`` with their partition values, read from
+    the ``column=value`` directories (one level per partition column, in order).
+
+    Spark's bookkeeping (``_SUCCESS``, ``_temporary``, ``.crc`` files) is passed over;
+    anything else is refused rather than committed or lost.
+    """
+    found: list[tuple[Path, dict[str, str | None]]] = []
+
+    def walk(folder: Path, values: dict[str, str | None]) -> None:
+        depth = len(values)
+        for entry in sorted(folder.iterdir()):
+            if (entry.is_dir() and depth < len(partitions)
+                    and entry.name.startswith(f"{partitions[depth]}=")):
+                raw = entry.name.partition("=")[2]
+                walk(entry, {**values, partitions[depth]: None if raw == _HIVE_NULL else unquote(raw)})
+            elif entry.name.startswith(("_", ".")):
+                continue
+            elif entry.is_file() and depth == len(partitions) and entry.name.endswith(".parquet"):
+                name = entry.relative_to(staged).as_posix()
+                if quote(name, safe="/=") != name:
+                    raise StorageError(f"Spark wrote {entry} for the Delta table at {root}, a path "
+                                       f"the Delta log would have to escape")
+                found.append((entry, values))
+            else:
+                raise StorageError(f"unexpected {entry} among the files Spark wrote for the "
+                                   f"Delta table at {root} (partitioned by "
+                                   f"{', '.join(partitions) or 'nothing'})")
+
+    walk(staged, {})
+    return found
+
+
+def _exact_bounds(t: pa.DataType) -> bool:
+    """Whether a Parquet footer's min/max of type ``t`` are exact and Delta spells them as
+    plain JSON values: integers, strings, booleans and dates.  Floats (NaN is no bound),
+    decimals and timestamps (formats and units to get right) are left out."""
+    return bool(pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t) or pa.types.is_boolean(t) or pa.types.is_date32(t))
+
+
+def _bound(value: Any, t: pa.DataType) -> Any:
+    """A footer bound as Delta statistics spell it; None when it is not the expected kind."""
+    if pa.types.is_boolean(t):
+        return value if isinstance(value, bool) else None
+    if pa.types.is_integer(t):
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    if pa.types.is_date32(t):
+        return value.isoformat() if isinstance(value, date) else None
+    return value if isinstance(value, str) else None
+
+
+def _footer_stats(footer: pq.FileMetaData, schema: pa.Schema) -> str:
+    """Delta statistics (JSON) of a Parquet file from its footer.
+
+    ``numRecords`` always; ``nullCount`` of each top-level column every row group counts
+    the NULLs of; ``minValues``/``maxValues`` of the columns of :func:`_exact_bounds` types
+    that every row group bounds (a row group of NULLs only needs no bound).  Anything less
+    certain is left out: a file without a bound is merely read, a wrong bound would make a
+    MERGE or :meth:`DeltaStore.reach` pass over rows it should see.
+    """
+    leaves: dict[str, int] = {}
+    for j in range(footer.num_columns):
+        leaf = footer.schema.column(j)
+        if leaf.path == leaf.name and leaf.max_repetition_level == 0:
+            leaves[leaf.name] = j
+    groups = [footer.row_group(g) for g in range(footer.num_row_groups)]
+    nulls: dict[str, int] = {}
+    lows: dict[str, Any] = {}
+    highs: dict[str, Any] = {}
+    for column in schema:
+        i = leaves.get(column.name)
+        if i is None or not groups:  # a partition column (not in the file), or nested
+            continue
+        cells = [(g.num_rows, g.column(i).statistics) for g in groups]
+        if any(c is None for _, c in cells):
+            continue
+        if all(c.has_null_count for _, c in cells):
+            nulls[column.name] = sum(c.null_count for _, c in cells)
+        if not _exact_bounds(column.type):
+            continue
+        bounded = [c for n, c in cells if c.has_min_max]
+        unbounded = [(n, c) for n, c in cells if not c.has_min_max]
+        if not bounded or any(not c.has_null_count or c.null_count != n for n, c in unbounded):
+            continue
+        low = [_bound(c.min, column.type) for c in bounded]
+        high = [_bound(c.max, column.type) for c in bounded]
+        if None in low or None in high:
+            continue
+        lows[column.name], highs[column.name] = min(low), max(high)
+    stats: dict[str, Any] = {"numRecords": footer.num_rows}
+    if lows:
+        stats["minValues"], stats["maxValues"] = lows, highs
+    if nulls:
+        stats["nullCount"] = nulls
+    return json.dumps(stats)
 
 
 def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:

@@ -3,22 +3,31 @@
 A view whose own stage is a global aggregate keeps one main row (1 bucket) but its join's
 side tables are hashed into the program's buckets; compaction must judge each table by its
 own count, or a side table looks over its threshold after every merge and is rewritten
-whole each batch.
+whole each batch.  An initial load may be written by Spark's executors instead of merged.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
 
 from incr.compiler import compile_text
 from incr.compiler.explain import explain_program
+from incr.compiler.plan import BUCKET
 from incr.config import COMPACT_FILES_PER_BUCKET
+from incr.errors import StorageError
+from incr.runtime.engine import Engines
+from incr.runtime.ingest import load_batch
 from incr.runtime.pipeline import Pipeline
+from incr.runtime.session import SparkEngine
+from incr.runtime.state import INSERT, ViewState
 from incr.runtime.store import DeltaStore
 
 PROGRAM = """-- incr: buckets = 4
@@ -85,3 +94,58 @@ CREATE VIEW texty AS SELECT upper(k) AS uk, COUNT(*) AS n FROM e GROUP BY upper(
     # The fall back says why: upper() is outside the driver-side set.
     assert any(re.search(r"fold batch 1 of e into view texty: back to Spark, .*it uses UPPER", line)
                for line in lines), lines
+
+
+GROUPED = """-- incr: buckets = 4
+CREATE TABLE s (k VARCHAR, g BIGINT, v BIGINT, day DATE);
+CREATE VIEW per_k AS SELECT k, g, COUNT(*) AS n, SUM(v) AS total, MIN(day) AS first
+    FROM s GROUP BY k, g;
+"""
+
+
+def test_an_initial_load_written_by_spark_is_the_merged_state(spark, tmp_path):
+    """h(ΔS) into an empty state, written by Spark's executors, equals the driver's append
+    of the collected rows; and a later MERGE finds every row in it (file statistics)."""
+    compiled = compile_text(GROUPED, path="grouped.sql", name="grouped")
+    plan = compiled.plans[0]
+    main = plan.main_tables[0]
+    spec = next(s for s in plan.top.merge if s.table == main.name)
+    engines = Engines(spark=spark, local_rows=0)
+    store = DeltaStore()
+    states = [ViewState(plan, store, tmp_path / name) for name in ("driver", "spark")]
+    for state in states:
+        state.ensure_tables(engines)
+    decl = plan.source_tables[0]
+    engine = SparkEngine(engines, store)
+
+    def batch(seq: int, n: int) -> str:
+        path = tmp_path / f"{seq}.parquet"
+        pq.write_table(pa.table({
+            "k": [None if i % 11 == 0 else f"k{i % 37}" for i in range(n)],
+            "g": pa.array([i % 3 for i in range(n)], pa.int64()),
+            "v": pa.array([i + seq for i in range(n)], pa.int64()),
+            "day": [dt.date(2020, 1, 1) + dt.timedelta(days=(i * 7 + seq) % 400) for i in range(n)],
+        }), path)
+        view = f"incr_test_batch_{seq}"
+        engine.frame(view, load_batch(engines, decl, path, path.name).df)
+        return view
+
+    try:
+        first = batch(0, 500)
+        rows = engine.collect(plan.h_query(main.name, first), states[0].schema(main.name))
+        states[0].merge(main, spec, rows, 0, INSERT)
+        written = states[1].append_from_spark(engine, main, plan.h_query(main.name, first), 0)
+        assert written == rows.num_rows
+        assert len(store.table(states[1].path(main.name)).file_uris()) <= 4  # one per bucket
+        with pytest.raises(StorageError, match="holds rows"):
+            states[1].append_from_spark(engine, main, plan.h_query(main.name, first), 1)
+        second = batch(1, 60)
+        more = engine.collect(plan.h_query(main.name, second), states[0].schema(main.name))
+        for state in states:
+            state.merge(main, spec, more, 1, INSERT)
+    finally:
+        engine.close()
+    order = [(c, "ascending") for c in (BUCKET, *main.key_columns)]
+    tables = [store.read(state.path(main.name)).sort_by(order) for state in states]
+    assert tables[0].equals(tables[1])
+    assert all(state.through(main.name) == 1 for state in states)
