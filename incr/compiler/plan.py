@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -103,6 +104,21 @@ class StateTable:
     def invertible(self) -> bool:
         """True when every value has an inverse, i.e. ⊗̃ exists."""
         return all(v.monoid.has_inverse for v in self.values)
+
+
+@dataclass(frozen=True)
+class SideMatch:
+    """A side table's rows that may meet a change.
+
+    Those whose ``side_column`` (its name in the side table: the joined relation's
+    ``<alias>__<column>``) equals some value of ``column`` in the change of input
+    ``changed`` (``column`` as that input names it).
+    """
+
+    input_column: str
+    side_column: str
+    changed: str
+    column: str
 
 
 @dataclass(frozen=True)
@@ -267,6 +283,53 @@ class StagePlan:
     def side_table(self, alias: str) -> StateTable:
         """The side table mirroring input ``alias``."""
         return next(t for t in self.tables if t.side_of == alias)
+
+    def side_matches(self, alias: str, changed: Iterable[str]) -> tuple[SideMatch, ...] | None:
+        """Which rows of input ``alias``'s side table Δ can meet when inputs ``changed`` moved.
+
+        Δ is a sum of terms, each joining the changes of a subset of the changed inputs with
+        the other inputs' side tables (see ``render_stage_delta``).  When, in every branch
+        that reads ``alias`` and a changed input, ``alias`` is joined by equality directly
+        to *each* changed input of that branch, a side row can only meet Δ if one of those
+        columns holds a value the change has: the rows returned are a superset of what Δ
+        reads, so a reader may keep just them.  ``()``: Δ reads none of its rows (no term
+        joins it: it changed alone, or shares no branch with a change).  None when no such
+        bound exists: it changed beside another input of its branch, it is an anti input
+        (its side also answers "no match"), or a branch reaches it only through an
+        unchanged input.
+        """
+        moved = set(changed)
+        if alias in moved:
+            for branch in self.branches:
+                aliases = {i.alias for i in branch.join.all_inputs}
+                if alias in aliases and (len(aliases & moved) > 1 or any(
+                        a.input.alias == alias for a in branch.join.anti)):
+                    return None
+            return ()
+        found: list[SideMatch] = []
+        for branch in self.branches:
+            join = branch.join
+            if any(a.input.alias == alias for a in join.anti):
+                return None
+            inputs = {i.alias: i for i in join.inputs}
+            here = [a for a in inputs if a in moved] + [a.input.alias for a in join.anti
+                                                        if a.input.alias in moved]
+            if alias not in inputs or not here:
+                continue
+            mine = inputs[alias]
+            for other in here:
+                pair = next(((b, a) for a, b in (*join.pairs, *((y, x) for x, y in join.pairs))
+                             if b in mine.flat_columns and other in inputs
+                             and a in inputs[other].flat_columns), None)
+                if pair is None:
+                    return None
+                side_col, change_col = pair
+                match = SideMatch(mine.columns[mine.flat_columns.index(side_col)], side_col,
+                                  other, inputs[other].columns[
+                                      inputs[other].flat_columns.index(change_col)])
+                if match not in found:
+                    found.append(match)
+        return tuple(found)
 
     def reads(self, table: str, derived: bool) -> tuple[JoinInput, ...]:
         """The inputs reading declared table (or stage) ``table``."""

@@ -222,3 +222,11 @@ def render_output_change(stage: StagePlan, old: dict[str, str], new: dict[str, s
     return (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM (\n"
             f"SELECT * FROM ({after})\nUNION ALL\nSELECT {cols}, -{q(WEIGHT)} AS {q(WEIGHT)} "
             f"FROM ({before})) GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")
+
+
+def render_values(view: str, column: str) -> str:
+    """The distinct values of ``column`` in ``view``.
+
+    A change's join keys (see :meth:`~incr.compiler.plan.StagePlan.side_matches`).
+    """
+    return f"SELECT DISTINCT {q(column)} FROM {view}"

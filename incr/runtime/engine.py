@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
@@ -66,11 +66,15 @@ class Engine(abc.ABC):
         """Registers rows held on the driver as ``name``; returns the name."""
 
     @abc.abstractmethod
-    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None) -> str:
+    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
+              matching: Mapping[str, pa.Array] | None = None) -> str:
         """Registers the current version of the Delta table at ``path`` as ``name``.
 
         ``buckets``: only those ``_bucket`` partitions (the part a batch's keys reach); the
         whole table when None or when the table is not partitioned by bucket.
+        ``matching``: the caller only needs rows whose column ``c`` holds one of
+        ``matching[c]`` for some ``c`` (a side table that a change joins); an engine may
+        register just those or more.
         """
 
     @abc.abstractmethod

@@ -55,10 +55,12 @@ from incr.compiler.sqlgen import (
     render_signed,
     render_stage_delta,
     render_touched_keys,
+    render_values,
 )
 from incr.runtime import faults
-from incr.runtime.engine import Engine, per_engine
+from incr.runtime.engine import DRIVER, Engine, per_engine
 from incr.runtime.landing import DELETE
+from incr.runtime.session import SparkEngine
 from incr.runtime.state import INSERT, REPLACED, SIGNED, ViewState
 
 
@@ -189,7 +191,7 @@ class Fold:
         if stage.direct:
             (view, sign), = changes.values()
             return _Delta(batch_view, sign, plain=True) if sign != 0 else _Delta(view, 0)
-        sides = {t.side_of: self._state(t.name) for t in stage.tables if t.side_of}
+        sides = {t.side_of: self._side(stage, t, changes) for t in stage.tables if t.side_of}
         anti = {}
         for branch in stage.branches:
             for a in branch.join.anti:
@@ -201,6 +203,26 @@ class Fold:
         sql = render_stage_delta(stage, changes, sides, anti)
         assert sql is not None, f"stage {stage.name} was reached, yet none of its inputs changed"
         return _Delta(self._view(f"delta_{stage.name}", sql, cache=True), delta_sign(stage, changes))
+
+    def _side(self, stage: StagePlan, table: StateTable,
+              changes: dict[str, tuple[str, int]]) -> str:
+        """A side table as Δ reads it: on the driver, only the rows whose join keys meet the
+        change's (:meth:`~incr.compiler.plan.StagePlan.side_matches`), so a small change
+        against a large side table reads little; whole otherwise."""
+        assert table.side_of is not None
+        matches = stage.side_matches(table.side_of, changes)
+        if self.engine.name != DRIVER or matches is None:
+            return self._state(table.name)
+        matching: dict[str, pa.Array] = {}
+        for m in matches:
+            values = self.engine.collect(
+                render_values(changes[m.changed][0], m.column),
+                pa.schema([self.state.schema(table.name).field(m.side_column).with_name(m.column)]))
+            found = values.column(0).combine_chunks()
+            matching[m.side_column] = (pa.concat_arrays([matching[m.side_column], found])
+                                       if m.side_column in matching else found)
+        return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
+                                 matching=matching)
 
     def _split(self, delta: _Delta, stage: StagePlan) -> tuple[str, str]:
         """Plain rows of Δ's insertions and of its deletions (one per copy), as two views."""
@@ -229,6 +251,14 @@ class Fold:
         for table in pending:
             faults.crash_point("view.before_merge", batch)
             t0 = time.perf_counter()
+            if sign > 0 and isinstance(self.engine, SparkEngine) and self.state.is_empty(table.name):
+                # The initial load: h(ΔS) is the state, written by Spark's executors (no
+                # collect).  Its groups are not noted: the first answer is rewritten anyway.
+                n = self.state.append_from_spark(self.engine, table,
+                                                 self.plan.h_query(table.name, rows), batch)
+                self._record(table.name, n, 0.0, time.perf_counter() - t0, n)
+                faults.crash_point("view.after_merge", batch)
+                continue
             h = self._collect(self.plan.h_query(table.name, rows), table.name)
             t1 = time.perf_counter()
             self._note_touched(stage, table, h)

@@ -191,8 +191,8 @@ class IterativeRuntime:
             if lookups:  # every row looks X up in Spark (see incr.compiler.iterate)
                 if register is not None:
                     register()
-                x_old = self._spark_iterate("x_start")
-                view = self._spark("ext_start", extend_sql(self.it, lookups, batch_view, x_old))
+                x_old = self._x_for_lookups("x_start")
+                view = self._lookup_view("ext_start", extend_sql(self.it, lookups, batch_view, x_old))
                 touched = self.step.fold(base, source, view, sign, metrics)
             else:
                 touched = self.step.fold(base, source, batch_view, sign, metrics, arrow, register)
@@ -385,10 +385,10 @@ class IterativeRuntime:
         return register
 
     # -- looked-up X (in Spark) --------------------------------------------------------------
-    def _spark(self, name: str, sql: str, cache: bool = False) -> str:
+    def _lookup_view(self, name: str, sql: str, cache: bool = False) -> str:
         return self._spark_views.view(f"incr_{self.plan.view}_it_{name}", sql, cache)
 
-    def _spark_iterate(self, name: str) -> str:
+    def _x_for_lookups(self, name: str) -> str:
         return self._iterate(self._spark_views, f"incr_{self.plan.view}_it_{name}")
 
     def _reassigned(self, batch_view: str, lookups, x_old: pa.Table, x_new: pa.Table,
@@ -397,7 +397,7 @@ class IterativeRuntime:
         prefix = f"incr_{self.plan.view}_it_"
         old = self._spark_views.table(f"{prefix}xo_{j}", x_old)
         new = self._spark_views.table(f"{prefix}xn_{j}", x_new)
-        pairs = self._spark(f"lk_{j}", lookup_pairs_sql(self.it, lookups, batch_view, old, new),
+        pairs = self._lookup_view(f"lk_{j}", lookup_pairs_sql(self.it, lookups, batch_view, old, new),
                             cache=True)
         columns = [f.name for f in self.spark.table(batch_view).schema.fields]
-        return self._spark(f"moved_{j}", reassigned_sql(lookups, pairs, columns))
+        return self._lookup_view(f"moved_{j}", reassigned_sql(lookups, pairs, columns))

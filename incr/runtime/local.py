@@ -25,7 +25,7 @@ as between two Spark runs with different partitioning).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -182,10 +182,25 @@ class DriverEngine(Engine):
         self._tables.append(name)
         return name
 
-    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None) -> str:
+    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
+              matching: Mapping[str, pa.Array] | None = None) -> str:
         """Registers a Delta table (its ``buckets``) read by delta-rs, if what is read holds
-        at most ``max_state_rows``."""
+        at most ``max_state_rows``.
+
+        With ``matching``, only the matching rows are read (a scan that keeps them, so the
+        driver holds what a change joins, not the table) and the limit applies to them.
+        """
         assert self.store is not None, "this driver engine reads no Delta tables"
+        if matching is not None:
+            try:
+                rows_read = self.store.read_matching(path, matching, buckets)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                raise NotLocal(f"{Path(path).name}: the change's join keys do not fit its "
+                               f"column types ({str(e)[:120]})") from e
+            if rows_read.num_rows > self.sql.max_state_rows:
+                raise NotLocal(f"{Path(path).name}: {rows_read.num_rows} rows meet the change "
+                               f"> INCR_LOCAL_STATE_ROWS={self.sql.max_state_rows}")
+            return self.table(name, rows_read)
         rows = self.store.row_count(path, buckets)
         what = Path(path).name if buckets is None else f"the touched buckets of {Path(path).name}"
         if rows is None:

@@ -239,7 +239,10 @@ class SparkEngine(Engine):
     def table(self, name: str, data: pa.Table) -> str:
         return self.frame(name, self.spark.createDataFrame(data))
 
-    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None) -> str:
+    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
+              matching: Mapping[str, pa.Array] | None = None) -> str:
+        # ``matching`` is not applied: Spark's join reads what it needs, and a filter built
+        # from the change's values would cost a job of its own.
         return self.frame(name, read_delta(self.spark, self.store, str(path), buckets))
 
     @per_engine("compiled SQL", SPARK)

@@ -215,6 +215,29 @@ class DeltaStore:
         dt.load_as_version(version)
         return dt.to_pyarrow_table()
 
+    def read_matching(self, path: str | Path, matching: Mapping[str, pa.Array],
+                      buckets: Iterable[int] | None = None) -> pa.Table:
+        """The rows whose column ``c`` holds one of ``matching[c]``, for some ``c`` (current
+        version; of ``buckets`` only, when given).
+
+        A filtered scan: files and row groups whose statistics exclude every value are
+        skipped, and only matching rows are kept, so memory follows the matches.  A NULL
+        value matches nothing (a join on equality never meets NULL).
+        """
+        import pyarrow.dataset as ds
+
+        dt = self.table(path)
+        partitions = _bucket_filter(tuple(dt.metadata().partition_columns), buckets)
+        if partitions == [] or not matching:
+            return pa.schema(dt.schema().to_arrow()).empty_table()
+        schema = pa.schema(dt.schema().to_arrow())
+        wanted = None
+        for column, values in matching.items():
+            present = pc.unique(pc.drop_null(values)).cast(schema.field(column).type)
+            term = ds.field(column).isin(present)
+            wanted = term if wanted is None else wanted | term
+        return dt.to_pyarrow_dataset(partitions=partitions).to_table(filter=wanted)
+
     def history(self, path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit infos, newest first (custom commit metadata included)."""
         return self.table(path).history(limit)
