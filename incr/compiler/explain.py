@@ -146,10 +146,12 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
             sql = render_stage_delta(stage, changed, sides, anti)
             if sql:
                 out.append(_section(title(f"Δ when {what} lands"), sql))
+    stored = plan.stored(stage)
     for hq in stage.h:
         source = hq.source if hq.table.side_of or stage.direct else f"{stage.source}"
-        out.append(_section(title(f"h  (Δ → {hq.table.name})"), plan.h_sql(hq.table.name, f"Δ{source}")))
-    stored = plan.stored(stage)
+        # rows never stored are handed on without a bucket (see render_h)
+        sql = plan.h_query(hq.table.name, f"Δ{source}", bucketed=hq.table in stored).sql
+        out.append(_section(title(f"h  (Δ → {hq.table.name})"), sql))
     for spec in stage.merge:
         if plan.table(spec.table).side_of is None and plan.table(spec.table) in stored:
             out.append(_section(title(f"⊗  (merge inserts into {spec.table})"),
