@@ -41,7 +41,7 @@ class ViewRuntime:
         self.plan = plan
         self.store = store
         self.engines = engines
-        self.state = ViewState(plan, store, warehouse)
+        self.state = ViewState(plan, store, warehouse, engines)
         self.answer = AnswerTable(plan, store, self.state, engines, warehouse)
         self.view_root = self.state.view_root
         self.state_root = self.state.root

@@ -246,6 +246,5 @@ class RowIndex:
             ["h1", "h2", "n"])
         folded = folded.filter(pa.compute.not_equal(folded["n"], 0))
         self.store.write(self.path, folded.cast(_SCHEMA), mode="overwrite", batch=None)
-        self.store.table(self.path).vacuum(retention_hours=0, enforce_retention_duration=False,
-                                           dry_run=False)
+        self.store.vacuum_now(self.path)
         return True

@@ -9,7 +9,8 @@ with a spec the compiler derived (⊗, ⊗̃, ⊗±, ⊗=), and records its batc
 commit, so applying a batch is idempotent table by table.  After each MERGE a table is
 compacted once it holds more than :data:`~incr.config.COMPACT_FILES_PER_BUCKET` files per
 bucket *of its own* bucket count (a side table of a global aggregate has the program's
-buckets, its main table one).
+buckets, its main table one); a table larger than the driver-side limit is rewritten by
+Spark's executors, so no compaction brings a large state to the driver.
 """
 
 from __future__ import annotations
@@ -50,9 +51,13 @@ INSERT, SIGNED, REPLACED = "insert", "signed", "replaced"
 class ViewState:
     """The state tables of one view (one state fingerprint)."""
 
-    def __init__(self, plan: IncrementalPlan, store: DeltaStore, warehouse: Path):
+    def __init__(self, plan: IncrementalPlan, store: DeltaStore, warehouse: Path,
+                 engines: Engines | None = None):
+        """``engines``: the run's engines, so a large table is compacted in Spark (None:
+        always on the driver)."""
         self.plan = plan
         self.store = store
+        self.engines = engines
         self.view_root = warehouse / "state" / plan.view
         self.root = self.view_root / plan.state_fingerprint
         self._ready = False
@@ -125,10 +130,30 @@ class ViewState:
         return engine.write(path, rows, mode="append", batch=batch, sort_by=table.key_columns)
 
     def compact(self, table: StateTable) -> bool:
-        """Rewrites ``table`` sorted once it has too many files for its own bucket count."""
-        buckets = self.stage_of(table.name).buckets_of(table.name)
-        return self.store.compact(self.path(table.name), (BUCKET, *table.key_columns),
-                                  COMPACT_FILES_PER_BUCKET * buckets)
+        """Rewrites ``table`` sorted once it has too many files for its own bucket count.
+
+        A table of more rows than the driver-side engine may hold
+        (``INCR_LOCAL_STATE_ROWS``) is rewritten by Spark's executors, so compaction never
+        brings a large state to the driver; a smaller one by delta-rs on the driver.
+        """
+        path = self.path(table.name)
+        limit = COMPACT_FILES_PER_BUCKET * self.stage_of(table.name).buckets_of(table.name)
+        if self.store.file_count(path) <= limit:
+            return False
+        rows = self.store.row_count(path)
+        if self.engines is None or (rows is not None
+                                    and rows <= self.engines.settings.local_state_rows):
+            return self.store.compact(path, (BUCKET, *table.key_columns), limit)
+        from incr.runtime.session import SparkEngine, read_delta
+
+        spark = SparkEngine(self.engines, self.store)
+        try:
+            spark.write(path, read_delta(spark.spark, self.store, str(path)), mode="overwrite",
+                        batch=None, sort_by=table.key_columns)
+        finally:
+            spark.close()
+        self.store.vacuum_now(path)
+        return True
 
     def write_outbox(self, stage: StagePlan, rows: pa.Table, batch: int) -> None:
         """Replaces the stage's outbox by its output change for ``batch``."""

@@ -403,9 +403,9 @@ class DeltaStore:
         once: right for state only incr reads, wrong for a table others may be reading.
         Returns True when it rewrote.
         """
-        dt = self.table(path)
-        if len(dt.file_uris()) <= max_files:
+        if self.file_count(path) <= max_files:
             return False
+        dt = self.table(path)
         data = dt.to_pyarrow_table()
         if data.num_rows:
             data = data.sort_by([(c, "ascending") for c in sort_by])
@@ -413,9 +413,18 @@ class DeltaStore:
                    partition_by=dt.metadata().partition_columns or None,
                    target_file_size=target_file_size)
         if vacuum:
-            dt = self.table(path)
-            dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+            self.vacuum_now(path)
         return True
+
+    def file_count(self, path: str | Path) -> int:
+        """Data files of the current version."""
+        return len(self.table(path).file_uris())
+
+    def vacuum_now(self, path: str | Path) -> None:
+        """Deletes the files no longer in the current version, at once (no retention): for
+        tables only incr reads, right after it rewrote them."""
+        self.table(path).vacuum(retention_hours=0, enforce_retention_duration=False,
+                                dry_run=False)
 
     def remove(self, path: str | Path) -> None:
         """Deletes a table directory (used for state that a changed view no longer owns)."""

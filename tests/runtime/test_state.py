@@ -3,7 +3,8 @@
 A view whose own stage is a global aggregate keeps one main row (1 bucket) but its join's
 side tables are hashed into the program's buckets; compaction must judge each table by its
 own count, or a side table looks over its threshold after every merge and is rewritten
-whole each batch.  An initial load may be written by Spark's executors instead of merged.
+whole each batch.  An initial load may be written by Spark's executors instead of merged,
+and a state beyond the driver's limit is compacted by them.
 """
 
 from __future__ import annotations
@@ -149,3 +150,52 @@ def test_an_initial_load_written_by_spark_is_the_merged_state(spark, tmp_path):
     tables = [store.read(state.path(main.name)).sort_by(order) for state in states]
     assert tables[0].equals(tables[1])
     assert all(state.through(main.name) == 1 for state in states)
+
+
+def test_a_state_beyond_the_driver_limit_is_compacted_by_spark_alike(spark, tmp_path, monkeypatch):
+    """Compaction of a table over INCR_LOCAL_STATE_ROWS is written by Spark's executors (the
+    driver never holds the table) and leaves the same rows, sorted, with the batch marker."""
+    from incr.config import Settings
+    from incr.oracle import diff_answers, oracle_answer
+    from incr.runtime.report import read_answer
+
+    compiled = compile_text(GROUPED, path="grouped.sql", name="grouped")
+    plan = compiled.plans[0]
+    written: list[str] = []
+    original = SparkEngine.write
+
+    def spy(self, path, rows, **kwargs):
+        written.append(Path(path).name)
+        return original(self, path, rows, **kwargs)
+
+    monkeypatch.setattr(SparkEngine, "write", spy)
+    runs = {name: Pipeline(compiled, tmp_path / "landing", tmp_path / name, spark=spark,
+                           config=Settings(local_state_rows=limit))
+            for name, limit in (("driver", 1_000_000), ("spark", 1))}
+    live = []
+    for seq in range(8):  # every batch touches each of the 4 buckets: a file per bucket
+        rows = [(f"k{(seq * 5 + i) % 23}", i % 3, seq * 10 + i, dt.date(2020, 1, 1 + i % 28))
+                for i in range(40)]
+        live += rows
+        folder = tmp_path / "landing" / "s"
+        folder.mkdir(parents=True, exist_ok=True)
+        pacsv.write_csv(pa.table({c: [r[j] for r in rows] for j, c in
+                                  enumerate(("k", "g", "v", "day"))}), folder / f"{seq:04d}.csv")
+        for pipeline in runs.values():
+            assert pipeline.run().rejected is None
+    store = DeltaStore()
+    state_tables = {t.name: t for t in plan.main_tables}
+    assert set(written) & set(state_tables), written  # the limited run compacted in Spark
+    for table in state_tables.values():
+        paths = {n: p.views[plan.view].table_path(table.name) for n, p in runs.items()}
+        assert store.file_count(paths["spark"]) <= COMPACT_FILES_PER_BUCKET * 4 + 4
+        order = [(c, "ascending") for c in (BUCKET, *table.key_columns)]
+        tables = {n: store.read(p).sort_by(order) for n, p in paths.items()}
+        assert tables["driver"].equals(tables["spark"].select(tables["driver"].column_names))
+        assert store.applied_through(paths["spark"]) == 7
+    sources = {"s": pa.table({c: [r[j] for r in live] for j, c in
+                              enumerate(("k", "g", "v", "day"))})}
+    expected = oracle_answer(plan.select, sources)
+    for pipeline in runs.values():
+        answer, _ = read_answer(pipeline.warehouse, plan)
+        assert diff_answers(expected, answer) is None
