@@ -198,6 +198,8 @@ class Engines:
 CROSS_ENGINE_TESTS: dict[str, str] = {
     "row fingerprint": "tests/runtime/test_engines.py::test_row_index_is_the_same_from_both_engines",
     "row index inserts": "tests/runtime/test_engines.py::test_row_index_is_the_same_from_both_engines",
+    "row index compaction":
+        "tests/runtime/test_engines.py::test_row_index_compaction_is_the_same_on_both_engines",
     "row index deletes": "tests/runtime/test_bad_input.py::"
                          "test_bad_delete_message_is_the_same_on_the_driver_and_in_spark",
     "batch rows, types and _row":

@@ -11,7 +11,7 @@ Small batches are fingerprinted and checked on the driver (:mod:`~incr.runtime.s
 gives the same numbers as Spark), large ones in Spark, whose executors then write the
 batch's (h1, h2, n) rows themselves (:func:`~incr.runtime.session.write_delta`): an initial
 load's index rows are about as many as its rows, too many to gather on the driver.
-Compaction still folds the log on the driver.
+Compaction folds the log on the driver while it is small, else in Spark (written the same way).
 
 The index is per program and committed with the batch number, like every other table, so
 checking and recording a batch happen exactly once.
@@ -101,7 +101,7 @@ class RowIndex:
             rows = counts.num_rows
         else:
             rows = self._spark_inserts(engines.spark, df(), batch)
-        return IndexMetrics(rows, self._maybe_compact())
+        return IndexMetrics(rows, self._maybe_compact(engines))
 
     @per_engine("row index inserts", DRIVER)
     def _local_inserts(self, hashed: pa.Table) -> pa.Table:
@@ -144,7 +144,7 @@ class RowIndex:
             rows = removed.num_rows
         else:
             rows = self._spark_deletes(engines.spark, df(), display, batch)
-        return IndexMetrics(rows, self._maybe_compact())
+        return IndexMetrics(rows, self._maybe_compact(engines))
 
     def _driver_fingerprints(self, engines: Engines, what: str,
                              arrow: pa.Table | None) -> pa.Table | None:
@@ -237,14 +237,34 @@ class RowIndex:
     def _description(self) -> str:
         return f"incr row index of {self.table.name}"
 
-    def _maybe_compact(self) -> bool:
-        dt = self.store.table(self.path)
-        if len(dt.file_uris()) <= ROW_INDEX_COMPACT_FILES:
+    def _maybe_compact(self, engines: Engines) -> bool:
+        """Folds the log of ± counts once it holds too many files (fingerprints summing to
+        0 go): on the driver while the index holds at most ``INCR_LOCAL_INDEX_ROWS`` rows,
+        else by Spark's executors (the driver never holds a large index).  Returns True
+        when it rewrote."""
+        if self.store.file_count(self.path) <= ROW_INDEX_COMPACT_FILES:
             return False
-        data = dt.to_pyarrow_table()
-        folded = data.group_by(["h1", "h2"]).aggregate([("n", "sum")]).rename_columns(
-            ["h1", "h2", "n"])
-        folded = folded.filter(pa.compute.not_equal(folded["n"], 0))
-        self.store.write(self.path, folded.cast(_SCHEMA), mode="overwrite", batch=None)
+        rows = self.store.row_count(self.path)
+        if rows is not None and rows <= engines.settings.local_index_rows:
+            self.store.write(self.path, self._local_compacted(), mode="overwrite", batch=None)
+        else:
+            self._spark_compact(engines.spark)
         self.store.vacuum_now(self.path)
         return True
+
+    @per_engine("row index compaction", DRIVER)
+    def _local_compacted(self) -> pa.Table:
+        """The index folded to one row per live fingerprint, on the driver."""
+        data = self.store.read(self.path)
+        folded = data.group_by(["h1", "h2"]).aggregate([("n", "sum")]).rename_columns(
+            ["h1", "h2", "n"])
+        return folded.filter(pc.not_equal(folded["n"], 0)).cast(_SCHEMA)
+
+    @per_engine("row index compaction", SPARK)
+    def _spark_compact(self, spark: SparkSession) -> None:
+        """The index folded to one row per live fingerprint, written by Spark's executors."""
+        from pyspark.sql import functions as F
+
+        folded = (read_delta(spark, self.store, str(self.path)).groupBy("h1", "h2")
+                  .agg(F.sum("n").alias("n")).where(F.col("n") != 0))
+        write_delta(spark, self.store, self.path, folded, mode="overwrite", batch=None)

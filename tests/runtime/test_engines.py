@@ -153,6 +153,45 @@ def test_row_index_is_the_same_from_both_engines(spark, tmp_path):
     assert tables[0].equals(tables[1])
 
 
+def test_row_index_compaction_is_the_same_on_both_engines(spark, tmp_path):
+    """Past ROW_INDEX_COMPACT_FILES files the ± log folds to one row per live fingerprint
+    (copies deleted to zero go), on the driver or, for an index over
+    INCR_LOCAL_INDEX_ROWS, by Spark's executors: the same rows, the batch marker kept."""
+    from incr.config import ROW_INDEX_COMPACT_FILES, Settings
+
+    rows = _rows()
+    path = tmp_path / "batch.parquet"
+    pq.write_table(rows, path)
+    gone = tmp_path / "gone.parquet"
+    pq.write_table(rows.slice(0, 10), gone)
+    logging = Engines(spark=spark)
+    tables = []
+    for name, limit in (("driver", 5_000_000), ("spark", 0)):
+        store = DeltaStore()
+        index = RowIndex(store, tmp_path / name, TABLE)
+        for batch in range(ROW_INDEX_COMPACT_FILES):  # inserts, then deletes of 10 of them
+            source = gone if batch % 2 else path
+            loaded = load_batch(logging, TABLE, source, str(source))
+            if batch % 2:
+                index.record_deletes(logging, lambda x=loaded: x.df, batch, str(source),
+                                     loaded.arrow)
+            else:
+                index.record_inserts(logging, lambda x=loaded: x.df, batch, loaded.arrow)
+        engines = Engines(Settings(local_index_rows=limit), spark=spark)
+        assert index._maybe_compact(engines) is False  # at the limit, not over it
+        # one file more (a fingerprint whose copies all went: the fold drops it)
+        store.append(tmp_path / name, pa.table({"h1": [1], "h2": [2], "n": [0]}),
+                     batch=ROW_INDEX_COMPACT_FILES)
+        assert index._maybe_compact(engines)
+        assert store.file_count(tmp_path / name) < ROW_INDEX_COMPACT_FILES
+        assert index.through() == ROW_INDEX_COMPACT_FILES
+        tables.append(store.read(tmp_path / name).sort_by([("h1", "ascending"), ("h2", "ascending")]))
+    assert tables[0].equals(tables[1].select(tables[0].column_names))
+    keys = list(zip(tables[0]["h1"].to_pylist(), tables[0]["h2"].to_pylist()))
+    assert len(keys) == len(set(keys)) and (1, 2) not in keys
+    assert 0 < tables[0].num_rows < 60 and 0 not in tables[0]["n"].to_pylist()
+
+
 SHAPES = """-- incr: buckets = 4
 CREATE TABLE e (k VARCHAR, g BIGINT, v BIGINT, x DOUBLE);
 CREATE VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s, AVG(x) AS a, MIN(v) AS lo, MAX(x) AS hi,
