@@ -168,11 +168,7 @@ class AnswerTable:
                       .when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}")
                       .for_batch(batch, self._metadata(batch))
                       .execute())
-            # MERGEs add files and mix key ranges; once there are too many, one sorted rewrite
-            # (a version with the same rows, kept for readers still on the older files).
-            self.store.compact(self.path, self.plan.publish.columns, ANSWER_COMPACT_FILES,
-                               metadata=self._metadata(batch), vacuum=False,
-                               target_file_size=ANSWER_TARGET_FILE_BYTES)
+            self._compact(batch)
             if metrics is not None:
                 metrics.answer_mode = "change"
             return result.inserted
@@ -187,6 +183,32 @@ class AnswerTable:
         if metrics is not None:
             metrics.answer_mode = "rewrite"
         return self._rewrite(batch, published=through >= 0)
+
+    def _compact(self, batch: int) -> None:
+        """MERGEs add files and mix key ranges; once there are too many, one sorted rewrite
+        (a version with the same rows; the older files stay for readers still on them).
+
+        An answer larger than the driver-side limit (``INCR_LOCAL_STATE_ROWS``) is rewritten
+        by Spark's executors, so the driver never holds it.
+        """
+        if self.store.file_count(self.path) <= ANSWER_COMPACT_FILES:
+            return
+        rows = self.store.row_count(self.path)
+        if rows is not None and rows <= self.engines.settings.local_state_rows:
+            self.store.compact(self.path, self._sort_by(), ANSWER_COMPACT_FILES,
+                               metadata=self._metadata(batch), vacuum=False,
+                               target_file_size=ANSWER_TARGET_FILE_BYTES)
+            return
+        from incr.runtime.session import SparkEngine, read_delta
+
+        engine = SparkEngine(self.engines, self.store)
+        try:
+            engine.write(self.path, read_delta(engine.spark, self.store, str(self.path)),
+                         mode="overwrite", batch=None, sort_by=self._sort_by(),
+                         target_file_size=ANSWER_TARGET_FILE_BYTES,
+                         metadata=self._metadata(batch))
+        finally:
+            engine.close()
 
     def _merge_pays(self, touched: pa.Table) -> bool:
         """Whether a MERGE beats a rewrite: it rewrites every file a touched group may be in

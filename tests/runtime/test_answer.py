@@ -10,6 +10,7 @@ table stays few-filed under many MERGEs.  A run that dies between the fold and t
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -134,11 +135,25 @@ def test_bucket_reads_touch_only_their_partitions(spark, tmp_path):
         assert bool(files) == bool(wanted)
 
 
-def test_answer_merges_stay_few_files_and_sorted(spark, tmp_path):
+@pytest.mark.parametrize("local_state_rows", [1_000_000, 1], ids=["driver", "spark"])
+def test_answer_merges_stay_few_files_and_sorted(spark, tmp_path, monkeypatch, local_state_rows):
+    # Compaction of an answer over the driver's limit is written by Spark's executors.
+    from incr.runtime.session import SparkEngine
+
+    written: list[str] = []
+    original = SparkEngine.write
+
+    def spy(self, path, rows, **kwargs):
+        if kwargs.get("batch") is None:  # a compaction (a publish records its batch)
+            written.append(kwargs.get("mode", ""))
+        return original(self, path, rows, **kwargs)
+
+    monkeypatch.setattr(SparkEngine, "write", spy)
     compiled = compile_text(PROGRAM.replace("buckets = 4", "buckets = 2"), path="answers.sql",
                             name="answers")
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, config=ALWAYS)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark,
+                        config=dataclasses.replace(ALWAYS, local_state_rows=local_state_rows))
     store = DeltaStore()
     rng = random.Random(11)
     live: list[dict] = []
@@ -153,6 +168,9 @@ def test_answer_merges_stay_few_files_and_sorted(spark, tmp_path):
     assert diff_answers(oracle_answer(plan.select, {"t": pa.Table.from_pylist(live, SCHEMA)}),
                         answer) is None
     assert "incr.answer_fingerprint" in store.history(warehouse / "answers" / "keys", 1)[0]
+    # (the file count above stays bounded: compaction ran) the Spark-limited run rewrote the
+    # compacted answer from the executors, the other on the driver
+    assert ("overwrite" in written) == (local_state_rows == 1)
 
 
 def test_a_merge_is_chosen_only_while_it_reaches_few_answer_files(spark, tmp_path):
