@@ -3,10 +3,11 @@
 :class:`ViewRuntime` is a view's entry point.  It puts together the view's state tables
 (:mod:`~incr.runtime.state`), the fold of a batch through its stages
 (:mod:`~incr.runtime.fold`) and its answer table (:mod:`~incr.runtime.answer`), and it is
-where the engine of a fold is chosen: the driver when the batch is on the driver and small
-and every stage it reaches reads declared sources only, keeps its own state and hands
-nothing on; Spark otherwise, or when a driver-side step gives way (tables the driver
-already committed are at the batch, so Spark skips them).
+where the engine of a fold is chosen: the driver when the change (a batch, or an iterate's
+move) is on the driver and small, whatever stages it reaches (their side tables are read
+where they meet the change, their outboxes handed on as small tables); Spark otherwise, or
+when a driver-side step gives way (tables the driver already committed are at the batch, so
+Spark skips them).
 
 A changed view (new state fingerprint) gets a fresh state directory and replays the
 ledger; the old directory is removed once it caught up.
