@@ -191,24 +191,11 @@ class AnswerTable:
         An answer larger than the driver-side limit (``INCR_LOCAL_STATE_ROWS``) is rewritten
         by Spark's executors, so the driver never holds it.
         """
-        if self.store.file_count(self.path) <= ANSWER_COMPACT_FILES:
-            return
-        rows = self.store.row_count(self.path)
-        if rows is not None and rows <= self.engines.settings.local_state_rows:
-            self.store.compact(self.path, self._sort_by(), ANSWER_COMPACT_FILES,
-                               metadata=self._metadata(batch), vacuum=False,
-                               target_file_size=ANSWER_TARGET_FILE_BYTES)
-            return
-        from incr.runtime.session import SparkEngine, read_delta
+        from incr.runtime.session import compact
 
-        engine = SparkEngine(self.engines, self.store)
-        try:
-            engine.write(self.path, read_delta(engine.spark, self.store, str(self.path)),
-                         mode="overwrite", batch=None, sort_by=self._sort_by(),
-                         target_file_size=ANSWER_TARGET_FILE_BYTES,
-                         metadata=self._metadata(batch))
-        finally:
-            engine.close()
+        compact(self.engines, self.store, self.path, self._sort_by(), ANSWER_COMPACT_FILES,
+                metadata=self._metadata(batch), vacuum=False,
+                target_file_size=ANSWER_TARGET_FILE_BYTES)
 
     def _merge_pays(self, touched: pa.Table) -> bool:
         """Whether a MERGE beats a rewrite: it rewrites every file a touched group may be in

@@ -213,11 +213,12 @@ class Fold:
         matches = stage.side_matches(table.side_of, changes)
         if self.engine.name != DRIVER or matches is None:
             return self._state(table.name)
+        schema = self.state.schema(table.name)
         matching: dict[str, pa.Array] = {}
         for m in matches:
             values = self.engine.collect(
                 render_values(changes[m.changed][0], m.column),
-                pa.schema([self.state.schema(table.name).field(m.side_column).with_name(m.column)]))
+                pa.schema([schema.field(m.side_column).with_name(m.column)]))
             found = values.column(0).combine_chunks()
             matching[m.side_column] = (pa.concat_arrays([matching[m.side_column], found])
                                        if m.side_column in matching else found)

@@ -208,6 +208,30 @@ def _session_settings(spark: SparkSession, values: Mapping[str, str]) -> Iterato
                 spark.conf.set(key, old)
 
 
+def compact(engines: Engines, store: DeltaStore, path: Path, sort_by: tuple[str, ...],
+            max_files: int, *, metadata: Mapping[str, str] | None = None, vacuum: bool = True,
+            target_file_size: int | None = None) -> bool:
+    """:meth:`DeltaStore.compact` (same arguments), by Spark's executors for a table of more
+    rows than the driver-side limit (``INCR_LOCAL_STATE_ROWS``), so that no compaction brings
+    a large table to the driver.  Returns True when it rewrote."""
+    if store.file_count(path) <= max_files:
+        return False
+    rows = store.row_count(path)
+    if rows is not None and rows <= engines.settings.local_state_rows:
+        return store.compact(path, sort_by, max_files, metadata=metadata, vacuum=vacuum,
+                             target_file_size=target_file_size)
+    engine = SparkEngine(engines, store)
+    try:
+        engine.write(path, read_delta(engine.spark, store, str(path)), mode="overwrite",
+                     batch=None, sort_by=sort_by, target_file_size=target_file_size,
+                     metadata=metadata)
+    finally:
+        engine.close()
+    if vacuum:
+        store.vacuum_now(path)
+    return True
+
+
 class SparkEngine(Engine):
     """The Spark engine (:class:`~incr.runtime.engine.Engine`): names are temporary views.
 

@@ -138,22 +138,12 @@ class ViewState:
         """
         path = self.path(table.name)
         limit = COMPACT_FILES_PER_BUCKET * self.stage_of(table.name).buckets_of(table.name)
-        if self.store.file_count(path) <= limit:
-            return False
-        rows = self.store.row_count(path)
-        if self.engines is None or (rows is not None
-                                    and rows <= self.engines.settings.local_state_rows):
-            return self.store.compact(path, (BUCKET, *table.key_columns), limit)
-        from incr.runtime.session import SparkEngine, read_delta
+        sort_by = (BUCKET, *table.key_columns)
+        if self.engines is None:
+            return self.store.compact(path, sort_by, limit)
+        from incr.runtime.session import compact
 
-        spark = SparkEngine(self.engines, self.store)
-        try:
-            spark.write(path, read_delta(spark.spark, self.store, str(path)), mode="overwrite",
-                        batch=None, sort_by=table.key_columns)
-        finally:
-            spark.close()
-        self.store.vacuum_now(path)
-        return True
+        return compact(self.engines, self.store, path, sort_by, limit)
 
     def write_outbox(self, stage: StagePlan, rows: pa.Table, batch: int) -> None:
         """Replaces the stage's outbox by its output change for ``batch``."""
