@@ -287,8 +287,9 @@ class StagePlan:
     def side_matches(self, alias: str, changed: Iterable[str]) -> tuple[SideMatch, ...] | None:
         """Which rows of input ``alias``'s side table Δ can meet when inputs ``changed`` moved.
 
-        Δ is a sum of terms, each joining the changes of a subset of the changed inputs with
-        the other inputs' side tables (see ``render_stage_delta``).  When, in every branch
+        Δ is a sum of terms, each joining the change of one changed input (of a subset,
+        beside a changed anti input) with the other inputs' side tables, those of changed
+        inputs plus their change (see ``render_stage_delta``).  When, in every branch
         that reads ``alias`` and a changed input, ``alias`` is joined by equality directly
         to *each* changed input of that branch, a side row can only meet Δ if one of those
         columns holds a value the change has: the rows returned are a superset of what Δ
@@ -555,6 +556,10 @@ class IncrementalPlan:
     @cached_property
     def state_fingerprint(self) -> str:
         """Hash of what the state's contents depend on: sources, stages, θ, h, monoids."""
+        seeded: set[str] = set()  # stages whose output over no rows may have rows
+        for s in self.stages:
+            if not s.lineage or any(i.derived and i.table in seeded for i in s.inputs):
+                seeded.add(s.name)
         parts = [{
             "stage": s.name,
             "branches": [str(b) for b in s.branches],
@@ -570,6 +575,11 @@ class IncrementalPlan:
             "where": [str(q.where) for q in s.h],
             "rows": repr(s.answer) if s.name else None,
         } for s in self.stages]
+        # A stage's state over no rows holds its derived inputs' rows over no rows (a global
+        # aggregate's one row) since issue 20's fix: state built without them is rebuilt.
+        for part, s in zip(parts, self.stages):
+            if aliases := [i.alias for i in s.inputs if i.derived and i.table in seeded]:
+                part["seeded"] = aliases
         if self.iteration is not None:  # the state holds rows evaluated against past iterates
             parts.append({"iteration": repr(self.iteration)})
         return _digest(parts)

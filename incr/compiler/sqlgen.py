@@ -37,6 +37,7 @@ __all__ = [
     "render_answer",
     "render_anti_delta",
     "render_combined",
+    "render_consolidated",
     "render_diffusion",
     "render_explode",
     "render_expression",
@@ -181,6 +182,19 @@ def render_signed(view: str, sign: int) -> str:
 def render_all(view: str) -> str:
     """Every row of ``view`` (a batch's rows as the insertions of a plain Δ)."""
     return f"SELECT * FROM {view}"
+
+
+def render_consolidated(view: str, columns: tuple[str, ...] | list[str]) -> str:
+    """Signed rows of ``view`` summed per distinct row, as plain rows (``|_w|`` copies each).
+
+    A change that adds and removes the same row (a join term with an anti input's change)
+    nets out here.  Used where a whole relation is built as one change, so every net
+    weight is positive.
+    """
+    cols = ", ".join(q(c) for c in columns if c != WEIGHT)
+    summed = (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM {view} "
+              f"GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")
+    return render_explode(f"({summed}) AS `_net`", positive=True)
 
 
 def render_none(view: str) -> str:

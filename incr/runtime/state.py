@@ -29,7 +29,13 @@ from incr.compiler.plan import (
     StagePlan,
     StateTable,
 )
-from incr.compiler.sqlgen import render_anti_delta, render_none, render_rows, render_stage_delta
+from incr.compiler.sqlgen import (
+    render_anti_delta,
+    render_consolidated,
+    render_none,
+    render_rows,
+    render_stage_delta,
+)
 from incr.config import COMPACT_FILES_PER_BUCKET
 from incr.errors import StorageError
 from incr.runtime.engine import per_engine
@@ -211,18 +217,26 @@ class ViewState:
                 sides[table.side_of] = spark.view(
                     f"{prefix}{table.name}", self.plan.h_sql(table.name, inputs[table.side_of][0]))
                 self._create(table.name, spark, sides[table.side_of], table.key_columns)
+            # The stage's input over nothing is not always empty: a global aggregate it reads
+            # answers one row over no rows.  So h(∅) here is h of that input, built as the
+            # change that brings every derived input from no rows to its output over nothing
+            # (joined against empty sides, the one term with all of them is the whole join).
             if stage.direct:
                 delta = inputs[stage.inputs[0].alias][0]
-            else:  # one changed input per branch: every branch's columns, as one union
+            else:  # every branch's columns, as one union
                 empty_sides = {a: spark.view(f"{prefix}void_{a}", render_none(v))
                                for a, v in sides.items()}
-                first = {b.join.inputs[0].alias for b in stage.branches}
+                changed = {b.join.inputs[0].alias: inputs[b.join.inputs[0].alias]
+                           for b in stage.branches}
+                changed.update({i.alias: (inputs[i.alias][0], 1) for i in stage.inputs
+                                if i.derived})
                 anti = {a.input.alias: render_anti_delta(a, inputs[a.input.alias][0],
                                                          empty_sides[a.input.alias])
-                        for b in stage.branches for a in b.join.anti if a.input.alias in first}
+                        for b in stage.branches for a in b.join.anti if a.input.alias in changed}
                 delta = spark.view(f"{prefix}delta_{stage.name}", render_stage_delta(
-                    stage, {a: inputs[a] for a in first}, empty_sides, anti))
-            rows = spark.view(f"{prefix}rows_{stage.name}", render_none(delta))
+                    stage, changed, empty_sides, anti))
+            columns = spark.spark.table(delta).columns
+            rows = spark.view(f"{prefix}rows_{stage.name}", render_consolidated(delta, columns))
             state: dict[str, str] = {}
             for table in stage.main_tables:
                 state[table.name] = spark.view(f"{prefix}{table.name}",

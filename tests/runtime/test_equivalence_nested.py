@@ -21,6 +21,8 @@ union              ``UNION ALL`` of two or three SELECTs as the view or under an
 outer              LEFT / RIGHT / FULL OUTER joins with filters on the optional side, three-way
 self_join          a table joined with itself
 distinct_join      ``SELECT DISTINCT`` over joins, ``COUNT(DISTINCT ...)`` over joins
+global_cross       global aggregates (over a table or a join) crossed as FROM items, or nested
+                   under an aggregate: one row while their sources are still empty
 =================  ===========================================================================
 
 Each program holds one or two random views of its family, aggregated on top or plain.  Every
@@ -605,10 +607,44 @@ def distinct_join(draw) -> tuple[str, set[str]]:
     return draw(aggregate_select(cols, from_sql, distinct=True))[0], set(tables)
 
 
+# -- 9. global aggregates crossed and nested (one row even over empty inputs) ---------------------
+
+GLOBAL_FROMS = [
+    ("a", ("a",)), ("b", ("b",)), ("c", ("c",)),
+    ("a JOIN b ON a.k = b.k", ("a", "b")),
+    ("b JOIN c ON b.h = c.h", ("b", "c")),
+    ("a JOIN b ON a.k = b.k JOIN c ON b.h = c.h", ("a", "b", "c")),
+]
+
+
+@st.composite
+def global_cross(draw) -> tuple[str, set[str]]:
+    """Global aggregates (one row over no rows, zero rows when a HAVING fails) as the FROM items
+    of a cross product, or nested under another aggregate: TPC-DS Q88's row of counts."""
+    parts, cols, tables = [], [], set()
+    for i in range(draw(st.integers(1, 3))):
+        from_sql, reads = draw(st.sampled_from(GLOBAL_FROMS))
+        part_cols = [c for t in reads for c in cols_of(t, qualify=len(reads) > 1)]
+        inner, inner_cols = draw(aggregate_select(part_cols, from_sql, keys=(0, 0), aggs=(1, 2),
+                                                  order=False, names="inner"))
+        parts.append(f"({inner}) AS p{i}")
+        cols += [(f"p{i}.{c}", kind, lit) for c, kind, lit in inner_cols]
+        tables |= set(reads)
+    event(f"global_cross: {len(parts)} global aggregate(s)")
+    from_sql = ", ".join(parts)
+    if draw(st.integers(0, 3)) == 3:  # nested: an aggregate over the cross product's one row
+        return draw(aggregate_select(cols, from_sql, keys=(0, 0), aggs=(1, 3)))[0], tables
+    items = [f"{c} AS c{i}" for i, (c, _, _) in enumerate(cols)]
+    numeric = [c for c, kind, _ in cols if kind in ("int", "num")]
+    if len(numeric) > 1:
+        items.append(f"{numeric[0]} + {numeric[-1]} * 2 AS mixed")
+    return f"SELECT {', '.join(items)} FROM {from_sql}", tables
+
+
 FAMILIES = {
     "agg_over_agg": agg_over_agg, "from_subquery": from_subquery, "correlated": correlated,
     "in_exists": in_exists, "not_in": not_in, "union": union, "outer": outer,
-    "self_join": self_join, "distinct_join": distinct_join,
+    "self_join": self_join, "distinct_join": distinct_join, "global_cross": global_cross,
 }
 
 
@@ -713,3 +749,55 @@ def test_self_join_answers_equal_oracle(spark, tmp_path_factory, program, data):
 @family_test("distinct_join")
 def test_distinct_over_join_answers_equal_oracle(spark, tmp_path_factory, program, data):
     check_program(spark, tmp_path_factory, "distinct_join", program, data)
+
+
+@family_test("global_cross")
+def test_global_aggregates_crossed_answer_one_row_over_empty_inputs(spark, tmp_path_factory,
+                                                                     program, data):
+    """A cross product of global aggregates answers one row while some of its sources are still
+    empty (the first batches land one source at a time), as SQL does."""
+    check_program(spark, tmp_path_factory, "global_cross", program, data)
+
+
+GLOBAL_EDGE_PROGRAM = HEADER + JOIN_TABLES + """
+CREATE VIEW over_join AS SELECT SUM(a.x) AS s, COUNT(*) AS n
+    FROM a JOIN b ON a.k = b.k JOIN c ON b.h = c.h;
+CREATE VIEW crossed AS SELECT p.x, t.y, p.x + t.y * 2 AS mixed
+    FROM (SELECT SUM(x) AS x FROM a) p, (SELECT SUM(v) AS y FROM b) t;
+CREATE VIEW counts AS SELECT * FROM (SELECT COUNT(*) AS n1 FROM a JOIN b ON a.k = b.k) s1,
+    (SELECT COUNT(*) AS n2 FROM b JOIN c ON b.h = c.h) s2,
+    (SELECT COUNT(*) AS n3 FROM a WHERE x > 100) s3;
+CREATE VIEW nested AS SELECT COUNT(*) AS n, MAX(t.s) AS m
+    FROM (SELECT SUM(x) AS s FROM a JOIN b ON a.k = b.k) t;
+"""
+
+
+@pytest.mark.parametrize("local_rows", [0, 200_000], ids=["spark", "driver"])
+def test_global_aggregates_over_sources_not_yet_landed(spark, tmp_path, local_rows):
+    """The issue's shapes, batch by batch from nothing: a global aggregate over a join, crossed
+    or nested answers exactly one row (NULL sums, zero counts) while a source it reads is empty,
+    including after an empty first batch and after every row of a source is deleted."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from tests.runtime.test_equivalence import JOIN_SCHEMAS
+
+    compiled = compile_text(GLOBAL_EDGE_PROGRAM, path="globals.sql", name="globals")
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
+    a_rows = [{"k": 1, "g": "p", "x": 2.5}, {"k": 2, "g": "q", "x": 1.0}]
+    steps = [("a", "insert", []), ("a", "insert", a_rows),
+             ("b", "insert", [{"k": 1, "v": 3, "h": "m"}]), ("c", "insert", [{"h": "m", "w": 4}]),
+             ("a", "delete", a_rows)]
+    for seq, (table, op, rows) in enumerate(steps):
+        folder = landing / table / ("_deletes" if op == "delete" else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        pacsv.write_csv(pa.Table.from_pylist(rows, schema=JOIN_SCHEMAS[table]),
+                        folder / f"{seq:04d}.csv")
+        live[table] = ([r for r in live[table] if r not in rows] if op == "delete"
+                       else live[table] + rows)
+        report = pipeline.run()
+        assert report.rejected is None, str(report.rejected)
+        check_join_answers(compiled, warehouse, live, {"a", "b", "c"},
+                           f"after batch {seq} ({op} of {len(rows)} rows on {table})")
