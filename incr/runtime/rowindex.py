@@ -174,7 +174,7 @@ class RowIndex:
             [(ROW, "count"), (ROW, "min")])
         wanted = pa.table({"h1": grouped["h1"], "h2": grouped["h2"],
                            "d": grouped[f"{ROW}_count"], "first_row": grouped[f"{ROW}_min"]})
-        index = self.store.table(self.path).to_pyarrow_table(columns=["h1", "h2", "n"])
+        index = self.store.read(self.path, columns=["h1", "h2", "n"])
         index = index.filter(pc.is_in(index["h1"], value_set=wanted["h1"].combine_chunks()))
         summed = index.group_by(["h1", "h2"]).aggregate([("n", "sum")])
         live = pa.table({"h1": summed["h1"], "h2": summed["h2"], "live": summed["n_sum"]})
