@@ -96,37 +96,49 @@ def render_stage_delta(stage: StagePlan, changed: dict[str, tuple[str, int]],
     this batch), and ``anti_deltas`` each changed anti input to its ΔZ view
     (:func:`render_anti_delta`).
 
-    For a branch joining inputs X1..Xn of which the set C changed, Δ(X1 ⋈ .. ⋈ Xn) is the
-    sum over non-empty S ⊆ C of the join of ΔXi (i in S) with the old Xj (j not in S),
-    weighted by the product of the weights: exact for inserts and deletes on any inputs at
-    once, self-joins included (each alias of a table is an input of its own).  Returns
-    None when no branch reads a changed input.
+    For a branch joining inputs X1..Xn of which C1..Ck changed (in the branch's order),
+    Δ(X1 ⋈ .. ⋈ Xn) is the sum over i of ΔCi joined with C1..C(i-1) at their new rows
+    (side table plus change) and every other input at its old rows, weighted by the product
+    of the weights: k terms, exact for inserts and deletes on any inputs at once, self-joins
+    included (each alias of a table is an input of its own).  A view that reads one source
+    k times (a CTE read six times, a row of scalar subqueries over one fact table) thus
+    costs k joins per batch of that source, not 2^k - 1.  When an anti input changed too,
+    the terms are one per non-empty subset of the changed inputs (ΔXi for i in the subset,
+    old rows for the rest), as an anti input's change is a change of "no match" status,
+    not of rows.  Returns None when no branch reads a changed input.
     """
     terms: list[str] = []
     for branch in stage.branches:
-        inputs = branch.join.all_inputs
-        moved = [i.alias for i in inputs if i.alias in changed]
-        for size in range(1, len(moved) + 1):
-            for subset in combinations(moved, size):
-                terms.append(_branch_term(branch, set(subset), changed, sides, anti_deltas or {},
-                                          stage.source_columns))
+        for subset, newer in _terms(branch, changed):
+            terms.append(_branch_term(branch, subset, changed, sides, anti_deltas or {},
+                                      stage.source_columns, newer))
     if not terms:
         return None
     return "\nUNION ALL\n".join(terms)
 
 
+def _terms(branch: Branch, changed: dict[str, tuple[str, int]]) -> list[tuple[set[str], set[str]]]:
+    """Δ's terms for one branch: the inputs read as changes and those read at their new rows."""
+    moved = [i.alias for i in branch.join.all_inputs if i.alias in changed]
+    if not {a.input.alias for a in branch.join.anti} & set(moved):
+        return [({alias}, set(moved[:n])) for n, alias in enumerate(moved)]
+    return [(set(subset), set()) for size in range(1, len(moved) + 1)
+            for subset in combinations(moved, size)]
+
+
 def delta_sign(stage: StagePlan, changed: dict[str, tuple[str, int]]) -> int:
-    """The sign every row of the stage's Δ has (+1 or -1), or 0 when it may have both."""
+    """The sign every row of the stage's Δ has (+1 or -1), or 0 when it may have both.
+
+    An input read at its new rows counts every row it holds after the batch: positive.
+    """
     signs: set[int] = set()
     for branch in stage.branches:
         anti = {a.input.alias for a in branch.join.anti}
-        moved = [i.alias for i in branch.join.all_inputs if i.alias in changed]
-        for size in range(1, len(moved) + 1):
-            for subset in combinations(moved, size):
-                sign = 1
-                for alias in subset:
-                    sign *= 0 if alias in anti else changed[alias][1]
-                signs.add(sign)
+        for subset, _ in _terms(branch, changed):
+            sign = 1
+            for alias in subset:
+                sign *= 0 if alias in anti else changed[alias][1]
+            signs.add(sign)
     return signs.pop() if len(signs) == 1 else 0
 
 
@@ -138,7 +150,7 @@ def _renamed(inp: JoinInput, view: str, columns: tuple[str, ...] | None = None) 
 
 def _branch_term(branch: Branch, subset: set[str], changed: dict[str, tuple[str, int]],
                  sides: dict[str, str], anti_deltas: dict[str, str],
-                 columns: tuple[Column, ...]) -> str:
+                 columns: tuple[Column, ...], newer: set[str]) -> str:
     order = tuple(c.name for c in columns)
     types = {c.name: spark_type_name(c.type) for c in columns}
     join = branch.join
@@ -152,6 +164,8 @@ def _branch_term(branch: Branch, subset: set[str], changed: dict[str, tuple[str,
             weights.append(f"{q(inp.alias)}.{q(WEIGHT)}")
             return f"{_renamed(inp, changed[inp.alias][0])} AS {q(inp.alias)}"
         weights.append(f"{q(inp.alias)}.{q(ROW_COUNT)}")
+        if inp.alias in newer:
+            return f"{_new_rows(inp, sides[inp.alias], changed[inp.alias][0])} AS {q(inp.alias)}"
         return f"(SELECT * FROM {sides[inp.alias]}) AS {q(inp.alias)}"
 
     sql = f"FROM {source(start)}"
@@ -195,6 +209,21 @@ def _branch_term(branch: Branch, subset: set[str], changed: dict[str, tuple[str,
         outer = ", ".join(q(c) for c in names)
     where = f"\nWHERE {branch.where.render(SPARK)}" if branch.where is not None else ""
     return f"SELECT {outer}, {q(WEIGHT)} FROM (\n{inner}\n) AS `_term`{where}"
+
+
+def _new_rows(inp: JoinInput, side: str, change: str) -> str:
+    """An input's rows after this batch: its side table plus its change, summed per row.
+
+    Summed, so that a row the change replaces (a derived input's old output row, -1) is
+    gone rather than carried beside its replacement into every later term's join.
+    """
+    cols = ", ".join(q(c) for c in inp.flat_columns)
+    both = (f"SELECT {cols + ', ' if cols else ''}{q(ROW_COUNT)} FROM {side}\nUNION ALL\n"
+            f"SELECT {cols + ', ' if cols else ''}{q(WEIGHT)} AS {q(ROW_COUNT)} FROM "
+            f"{_renamed(inp, change)} AS `_change`")
+    group = f" GROUP BY {cols}" if cols else ""
+    return (f"(SELECT {cols + ', ' if cols else ''}CAST(sum({q(ROW_COUNT)}) AS BIGINT) AS "
+            f"{q(ROW_COUNT)} FROM (\n{both}\n) AS `_both`{group} HAVING sum({q(ROW_COUNT)}) <> 0)")
 
 
 def _col(join: EquiJoin, flat: str) -> str:

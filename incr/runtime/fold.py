@@ -8,8 +8,9 @@ rows its output lost (old values of the groups the batch touched) and gained (ne
 
 Per stage and batch:
 
-1. Δ of the stage's input: the changed input itself, or for a join the sum over the subsets
-   of changed inputs joined with the other inputs' side tables (before this batch).
+1. Δ of the stage's input: the changed input itself, or for a join one term per changed
+   input: its change joined with the inputs before it at their new rows (side table plus
+   change) and the others' side tables (before this batch); see ``render_stage_delta``.
 2. Its main tables (aggregate state and bags) are updated, by one of three strategies:
 
    * **fast** (:meth:`Fold._fast_merge`), when every row of Δ has the same sign and no

@@ -89,9 +89,52 @@ def test_self_join_keeps_a_side_table_per_alias():
                    "GROUP BY o.cust")
     assert plan.sources == ("orders",)
     assert [t.name for t in plan.tables] == ["main", "side_o", "side_p"]
-    # A batch of orders changes both aliases: ΔO ⋈ P, O ⋈ ΔP and ΔO ⋈ ΔP.
+    # A batch of orders changes both aliases: ΔO ⋈ P, then O' ⋈ ΔP with O' = O + ΔO.
     sql = plan.join_delta_sql("orders", "delta", {"o": "so", "p": "sp"})
-    assert sql.count("UNION ALL") == 2
+    assert _terms(sql) == 2
+    assert sql.count("FROM delta") == 3  # ΔO, ΔP, and ΔO again inside O'
+    assert "FROM so\nUNION ALL\n" in sql and "FROM sp\nUNION ALL\n" not in sql
+    # O' is summed per row, so a replaced row does not travel beside its replacement.
+    assert "GROUP BY `o__okey`, `o__cust` HAVING sum(`_n`) <> 0" in sql
+
+
+def _terms(delta_sql: str) -> int:
+    """The joins Δ's SQL is the sum of (each computes its weight once)."""
+    return delta_sql.count("AS BIGINT) AS `_w`\nFROM")
+
+
+@pytest.mark.parametrize("k", [2, 5, 15])
+def test_a_source_read_k_times_changes_the_join_by_k_terms_not_two_to_the_k(k):
+    """A cross product of k global aggregates over one fact table (TPC-DS Q88's row of counts):
+    a batch of the table changes all k inputs of the top stage at once."""
+    from incr.compiler.queries import delta_sign, render_stage_delta
+
+    parts = ", ".join(f"(SELECT SUM(price) AS s{i} FROM items WHERE qty > {i}) p{i}"
+                      for i in range(k))
+    top = plan_of(f"SELECT * FROM {parts}").top
+    assert [i.derived for i in top.inputs] == [True] * k
+    changed = {i.alias: (f"d_{i.alias}", 1) for i in top.inputs}
+    sql = render_stage_delta(top, changed, {i.alias: f"side_{i.alias}" for i in top.inputs})
+    assert _terms(sql) == k
+    assert delta_sign(top, changed) == 1
+    changed = {a: (v, -1) for a, (v, _) in changed.items()}
+    assert delta_sign(top, changed) == -1  # later terms read p0's new rows: still counts
+    changed["p0"] = ("d_p0", 1)
+    assert delta_sign(top, changed) == 0
+
+
+def test_an_anti_input_changing_with_others_keeps_one_term_per_subset():
+    plan = plan_of("SELECT o.cust FROM orders o WHERE NOT EXISTS "
+                   "(SELECT 1 FROM orders p WHERE p.okey = o.okey AND p.cust <> 'x')")
+    from incr.compiler.queries import render_stage_delta
+
+    top = plan.top
+    anti = next(a.input.alias for b in top.branches for a in b.join.anti)
+    changed = {i.alias: ("delta", 0) for i in top.inputs}
+    sql = render_stage_delta(top, changed, {i.alias: f"side_{i.alias}" for i in top.inputs},
+                             {anti: "dz"})
+    assert _terms(sql) == 3  # ΔO ⋈̸ Z, O ⋈ ΔZ, ΔO ⋈ ΔZ
+    assert "FROM side_o\nUNION ALL" not in sql  # no input read at its new rows
 
 
 def test_left_join_is_a_matched_and_an_unmatched_branch():
