@@ -18,7 +18,8 @@ Operators (children first):
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from typing_extensions import override
 
@@ -91,6 +92,11 @@ class Rel:
         child = getattr(self, "child", None)
         return (child,) if child is not None else ()
 
+    def with_child(self, child: Rel) -> Rel:
+        """This operator over ``child`` instead (an operator with one input)."""
+        node: Any = self
+        return replace(node, child=child)  # type: ignore[no-any-return]
+
     def label(self) -> str:
         """One-line description used by :meth:`pretty`."""
         raise NotImplementedError
@@ -149,14 +155,19 @@ class Aggregate(Rel):
 
 @dataclass(frozen=True)
 class Explode(Rel):
-    """Each row of ``child`` repeated by the value of its column ``multiplicity``."""
+    """Each row of ``child`` repeated by the value of its column ``multiplicity``.
+
+    ``times``, when given, is the repeat count as an expression over ``child``'s columns
+    (an ``INTERSECT ALL`` row's ``least(l, r)``); ``multiplicity`` then only names it.
+    """
 
     child: Rel
     multiplicity: str
+    times: Scalar | None = None
 
     @override
     def label(self) -> str:
-        return f"Explode ×{self.multiplicity}"
+        return f"Explode ×{self.multiplicity if self.times is None else self.times.sql}"
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,11 @@ def render_refuse_unsupported(case: Case) -> str:
     return "accepted"
 
 
+def render_expand_grouping_sets(case: Case) -> str:
+    q = run_frontend(query_of(case), until="expand_grouping_sets")
+    return q.tree.sql(dialect="duckdb", pretty=True)
+
+
 def render_decorrelate(case: Case) -> str:
     q = run_frontend(query_of(case), until="decorrelate")
     names = "(nothing nested: unchanged)" if q.output_names is None else ", ".join(q.output_names)
@@ -135,6 +140,7 @@ def render_lower_block(case: Case) -> str:
 
 RENDER: dict[str, Callable[[Case], str]] = {
     "refuse_unsupported": render_refuse_unsupported,
+    "expand_grouping_sets": render_expand_grouping_sets,
     "decorrelate": render_decorrelate,
     "split_stages": render_split_stages,
     "split_joins": render_split_joins,

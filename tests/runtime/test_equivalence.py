@@ -1,8 +1,9 @@
 """The equivalence test: after every batch, every answer table equals DuckDB on all live rows.
 
 Hypothesis draws a random program in the supported class (one source; WHERE; GROUP BY
-columns, expressions or nothing; HAVING; ORDER BY + LIMIT; plain SELECTs and SELECT DISTINCT; every supported
-aggregate over columns, expressions and CASE) and a random sequence of insert and delete
+columns, expressions or nothing, or ROLLUP / CUBE / GROUPING SETS of them with GROUPING();
+HAVING; ORDER BY + LIMIT; plain SELECTs and SELECT DISTINCT; every supported aggregate over
+columns, expressions and CASE) and a random sequence of insert and delete
 batches landed as CSV, JSON lines or Parquet.  After each batch ``Pipeline.run()`` applies
 it, and each view's answer table is compared with DuckDB running the view's own SELECT over
 the rows live at that point (bag semantics: a deleted row removes one copy).  Each
@@ -64,17 +65,28 @@ def aggregate_view(draw, name: str) -> str:
     items += [f"{a} AS a{i}" for i, a in enumerate(aggs)]
     if draw(st.booleans()) and len(aggs) > 1:
         items.append("COUNT(*) * 2 + SUM(v) AS combo")
+    # Grouping sets (a fifth of the grouped views): ROLLUP, CUBE or GROUPING SETS of the keys,
+    # with GROUPING() among the items and first in ORDER BY (with the keys, a total order).
+    sets = draw(st.sampled_from(["", "", "", "", "ROLLUP", "CUBE", "SETS"])) if keys else ""
+    if sets:
+        items.append(f"GROUPING({', '.join(keys)}) AS gg")
     sql = f"SELECT {', '.join(items)} FROM t"
     if draw(st.booleans()):
         sql += f" WHERE {draw(st.sampled_from(WHERES))}"
-    if keys:
+    if sets == "SETS":
+        listed = draw(st.sampled_from([[keys, []], [keys[:1], keys[1:], []], [keys]]))
+        sql += " GROUP BY GROUPING SETS (" + ", ".join(f"({', '.join(s)})" for s in listed) + ")"
+    elif sets:
+        sql += f" GROUP BY {sets} ({', '.join(keys)})"
+    elif keys:
         sql += f" GROUP BY {', '.join(keys)}"
     if draw(st.booleans()):
         sql += f" HAVING {draw(st.sampled_from(HAVINGS))}"
     if keys and draw(st.booleans()):
         # Ordering by every key makes the order total, as a LIMIT needs.
-        order = ", ".join(f"g{i} {draw(st.sampled_from(['ASC', 'DESC']))} NULLS FIRST"
-                          for i in range(len(keys)))
+        order = ", ".join(([f"gg {draw(st.sampled_from(['ASC', 'DESC']))}"] if sets else []) +
+                          [f"g{i} {draw(st.sampled_from(['ASC', 'DESC']))} NULLS FIRST"
+                           for i in range(len(keys))])
         sql += f" ORDER BY {order}"
         if draw(st.booleans()):
             sql += f" LIMIT {draw(st.integers(1, 4))}"

@@ -18,6 +18,7 @@ in_exists          ``x IN (SELECT ...)``, ``EXISTS``, ``NOT EXISTS`` (``NOT IN``
                    ``test_not_in_null_semantics_...``)
 union              ``UNION ALL`` of two or three SELECTs as the view or under an aggregate;
                    ``UNION`` (distinct)
+set_ops            ``INTERSECT`` / ``EXCEPT`` and their ALL forms, as the view or under a query
 outer              LEFT / RIGHT / FULL OUTER joins with filters on the optional side, three-way
 self_join          a table joined with itself
 distinct_join      ``SELECT DISTINCT`` over joins, ``COUNT(DISTINCT ...)`` over joins
@@ -524,6 +525,37 @@ def union(draw) -> tuple[str, set[str]]:
     return draw(top_select(cols, f"({body}) AS u", plain_share=1)), reads
 
 
+# -- 5b. INTERSECT / EXCEPT [ALL] ----------------------------------------------------------------
+
+SET_OPS = ["INTERSECT", "INTERSECT ALL", "EXCEPT", "EXCEPT ALL"]
+
+
+@st.composite
+def set_op_branch(draw, table: str, key_type: str, with_val: bool) -> str:
+    key = draw(st.sampled_from(UNION_KEYS[key_type][table]))
+    val = draw(st.sampled_from(UNION_VALS[table])) if with_val else None
+    items = f"{key} AS ukey" + (f", {val} AS uval" if val else "")
+    if draw(st.integers(0, 4)) == 4:  # a branch that is a stage of its own
+        return f"SELECT {items} FROM {table} GROUP BY {key}" + (f", {val}" if val else "")
+    return f"SELECT {items} FROM {table}{draw(where_clause(cols_of(table, qualify=False)))}"
+
+
+@st.composite
+def set_ops(draw) -> tuple[str, set[str]]:
+    key_type = draw(st.sampled_from(["str", "int"]))
+    tables = [draw(st.sampled_from("abc")) for _ in range(2)]
+    with_val = draw(st.integers(0, 2)) == 2
+    op = draw(st.sampled_from(SET_OPS))
+    body = f" {op} ".join([draw(set_op_branch(t, key_type, with_val)) for t in tables])
+    key_lit = "'q'" if key_type == "str" else "2"
+    cols = [("s.ukey", key_type, key_lit)] + ([("s.uval", "num", "1")] if with_val else [])
+    whole = draw(st.booleans())
+    event(f"set_ops: {op} {'as the view' if whole else 'under'}")
+    if whole:
+        return body + draw(order_clause(["ukey"] + (["uval"] if with_val else []))), set(tables)
+    return draw(top_select(cols, f"({body}) AS s", plain_share=1)), set(tables)
+
+
 # -- 6. outer joins ------------------------------------------------------------------------------
 
 OUTER_FROMS = [
@@ -644,7 +676,7 @@ def global_cross(draw) -> tuple[str, set[str]]:
 FAMILIES = {
     "agg_over_agg": agg_over_agg, "from_subquery": from_subquery, "correlated": correlated,
     "in_exists": in_exists, "not_in": not_in, "union": union, "outer": outer,
-    "self_join": self_join, "distinct_join": distinct_join, "global_cross": global_cross,
+    "self_join": self_join, "distinct_join": distinct_join, "global_cross": global_cross, "set_ops": set_ops,
 }
 
 
@@ -734,6 +766,11 @@ def test_not_in_null_semantics_answers_equal_oracle(spark, tmp_path_factory, pro
 @family_test("union")
 def test_union_answers_equal_oracle(spark, tmp_path_factory, program, data):
     check_program(spark, tmp_path_factory, "union", program, data)
+
+
+@family_test("set_ops")
+def test_intersect_and_except_answers_equal_oracle(spark, tmp_path_factory, program, data):
+    check_program(spark, tmp_path_factory, "set_ops", program, data)
 
 
 @family_test("outer")

@@ -10,7 +10,8 @@ module, named after its function, run in the order of a tuple.  Its steps work o
 trees; two tuples run them:
 
 * :data:`FRONTEND`, over the whole view (a :class:`~incr.compiler.frontend.query.Query`):
-  refuse what has no incremental form, decorrelate nested queries, split into stages;
+  refuse what has no incremental form, expand grouping sets, decorrelate nested queries,
+  split into stages;
 * :data:`~incr.compiler.frontend.block.BLOCK`, over each query block (one SELECT, a
   :class:`~incr.compiler.frontend.query.Block`), run by ``split_stages`` for each stage it
   splits off: read the inputs and split the joins, resolve names, lower to IR.
@@ -20,6 +21,9 @@ Ordering constraints of :data:`FRONTEND`:
 * ``refuse_unsupported`` first: it reads the tree as the user wrote it, so a refusal names
   the construct as written and points at it; the rewrites below lose positions and
   spellings.
+* ``expand_grouping_sets`` before ``decorrelate``: the UNION ALL it writes for a ROLLUP,
+  CUBE or GROUPING SETS is a set operation like any other from there on (its branches
+  may hold subqueries for ``decorrelate`` to unnest).
 * ``decorrelate`` before ``split_stages``: the subqueries it turns into joins with derived
   tables are what ``split_stages`` splits off as stages.  It also records the view's
   output names, which its rules change, for ``split_stages`` to put back.
@@ -35,6 +39,7 @@ import sqlglot
 from sqlglot.errors import ParseError as SqlglotParseError
 
 from incr.compiler.frontend.decorrelate import decorrelate
+from incr.compiler.frontend.expand_grouping_sets import expand_grouping_sets
 from incr.compiler.frontend.query import Query, Scope, Translation
 from incr.compiler.frontend.refuse_unsupported import refuse_unsupported
 from incr.compiler.frontend.split_stages import split_stages
@@ -43,7 +48,7 @@ from incr.errors import Location, ParseError
 
 Step = Callable[[Query], Query]
 
-FRONTEND: tuple[Step, ...] = (refuse_unsupported, decorrelate, split_stages)
+FRONTEND: tuple[Step, ...] = (refuse_unsupported, expand_grouping_sets, decorrelate, split_stages)
 
 
 def parse_query(view: ViewDecl, program: Program) -> Query:

@@ -212,6 +212,8 @@ class _Lowering:
         for ordered in order.expressions:
             target = order_by_target(self.scope, ordered.this, outputs)
             scalar = exprs[target].expr if isinstance(target, int) else translate(target)
+            if not scalar.columns():  # a constant orders nothing (and Spark would read an
+                continue              # integer as a position)
             descending = bool(ordered.args.get("desc"))
             nulls_first = ordered.args.get("nulls_first")
             keys.append(SortKey(scalar, descending, bool(nulls_first)))

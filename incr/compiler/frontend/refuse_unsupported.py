@@ -39,21 +39,15 @@ SUPPORTED_AGGREGATES = ("COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG, MIN, M
 def refuse_unsupported(q: Query) -> Query:
     """Raises for the first unsupported construct of the view; returns ``q`` unchanged.
 
-    In order: set operations other than UNION, a statement that is not a query, functions
-    and aggregates anywhere in the tree (:func:`check_nodes`), then each SELECT's clauses
-    (:func:`check_shape`).
+    In order: a statement that is not a query, functions and aggregates anywhere in the
+    tree (:func:`check_nodes`), then each SELECT's clauses (:func:`check_shape`).
 
     Raises:
         NotIncrementalizableError: for a construct outside the maintained class.
         CompileError: when the view is not a SELECT at all.
     """
     tree = q.tree
-    for node in tree.walk():
-        if isinstance(node, (exp.Intersect, exp.Except)):
-            kind = type(node).__name__.upper()
-            raise q.scope.refuse(kind, "only UNION and UNION ALL combine queries here; "
-                                 "write INTERSECT as a join (or IN) and EXCEPT as NOT EXISTS", node)
-    if not isinstance(tree, (exp.Select, exp.Union)):
+    if not isinstance(tree, (exp.Select, exp.SetOperation)):
         raise q.scope.error(f"a view must be a SELECT, found {str(tree.key).upper()}", tree)
     check_nodes(q.scope, tree)
     for select in tree.find_all(exp.Select):
@@ -77,7 +71,7 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
         if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
             raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
                                "CASE inside the aggregate or into WHERE", node)
-        if isinstance(node, exp.AggFunc):
+        if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Grouping):
             agg_call(scope, node)  # raises for unsupported aggregates
 
 
@@ -102,16 +96,18 @@ def check_shape(scope: Scope, tree: exp.Select) -> None:
                            "sources", from_.this)
     group = tree.args.get("group")
     if group is not None:
+        # ROLLUP (k), CUBE and GROUPING SETS among the keys are expand_grouping_sets's; the
+        # trailing forms (MySQL's WITH ROLLUP, GROUP BY ALL) are not.
         for key in ("rollup", "cube", "grouping_sets", "all"):
             if group.args.get(key):
                 raise scope.refuse(f"GROUP BY {key.upper().replace('_', ' ')}",
-                                   "list the grouping expressions explicitly", group)
-        for node in group.expressions:  # sqlglot keeps ROLLUP (k) etc. among the keys
-            if isinstance(node, (exp.Rollup, exp.Cube, exp.GroupingSets)):
-                kind = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE",
-                        exp.GroupingSets: "GROUPING SETS"}[type(node)]
-                raise scope.refuse(f"GROUP BY {kind}",
-                                   "list the grouping expressions explicitly", node)
+                                   "list the grouping expressions explicitly, or write "
+                                   "ROLLUP (...) among them", group)
+    sets = group is not None and any(isinstance(e, (exp.Rollup, exp.Cube, exp.GroupingSets))
+                                     for e in group.expressions)
+    grouping = next((g for item in tree.expressions for g in item.find_all(exp.Grouping)), None)
+    if grouping is not None and not sets:
+        raise scope.error("GROUPING() needs GROUP BY ROLLUP, CUBE or GROUPING SETS", grouping)
 
 
 def agg_call(scope: Scope, node: exp.AggFunc) -> tuple[AggCall, exp.Expr | None]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import sqlglot
 from sqlglot import exp
 
 from incr.compiler.frontend.block import translate_block
@@ -34,11 +35,17 @@ from incr.compiler.frontend.resolve_names import (
     unique,
 )
 from incr.compiler.frontend.trees import contains_aggregate, is_star
-from incr.compiler.ir import Branch, EquiJoin, JoinInput, Named
+from incr.compiler.ir import Aggregate, Branch, EquiJoin, Explode, JoinInput, Named, Project, Rel
 from incr.compiler.program import Column, TableDecl
 from incr.compiler.scalar import Scalar
+from incr.compiler.types import SqlType
 
 Ctes = dict[str, StageTranslation]
+
+#: The column of an INTERSECT / EXCEPT union saying which side a row came from (0 or 1).
+SIDE = "_incr_side"
+#: The output column of an ALL set operation's SELECT that becomes its copies per row.
+COPIES = "_incr_copies"
 
 
 def split_stages(q: Query) -> Query:
@@ -80,6 +87,8 @@ class _Splitter:
             node.set("with_", None)
         if isinstance(node, exp.Union):
             return self.union(node, name, ctes)
+        if isinstance(node, (exp.Intersect, exp.Except)):
+            return self.set_operation(node, name, ctes)
         if not isinstance(node, exp.Select):
             raise self.scope.error(f"expected a SELECT, found {node.key.upper()}", node)
         derived: Ctes = {}
@@ -126,28 +135,64 @@ class _Splitter:
             parts.append(n)
 
         flatten(node)
+        branches, columns = self.branches(parts, "UNION", ctes)
+        source = TableDecl(UNION, columns, self.scope.location)
+        select = exp.select(*[exp.column(c.name) for c in columns]).from_(UNION)
+        if distinct:
+            select.set("distinct", exp.Distinct())
+        _keep_tail(node, select)
+        return translate_block(self.scope, select, name, {}, UnionInput(source, branches))
+
+    def set_operation(self, node: exp.Intersect | exp.Except, name: str,
+                      ctes: Ctes) -> StageTranslation:
+        """An INTERSECT or EXCEPT [ALL] stage: counts per row of each side, kept like a UNION.
+
+        The two SELECTs are the branches of a bag union whose rows carry the side they came
+        from (:data:`SIDE`); the stage groups that union by every column and counts each
+        side's copies, ``l`` and ``r``.  A row is in ``INTERSECT`` when both are positive, in
+        ``EXCEPT`` when ``l`` is and ``r`` is 0; ``INTERSECT ALL`` repeats it ``least(l, r)``
+        times and ``EXCEPT ALL`` ``l - r`` times when that is positive (SQL's bag rules, NULLs
+        equal to each other as in GROUP BY).  The counts are sums, so deletes are exact.
+        """
+        kind = "INTERSECT" if isinstance(node, exp.Intersect) else "EXCEPT"
+        branches, columns = self.branches([node.this, node.expression], kind, ctes)
+        branches = tuple(replace(b, project=(*(b.project or ()), Named(SIDE, Scalar.of(
+            exp.Literal.number(i))))) for i, b in enumerate(branches))
+        source = TableDecl(UNION, (*columns, Column(SIDE, SqlType("INTEGER"))),
+                           self.scope.location)
+        names = ", ".join(exp.column(c.name, quoted=True).sql() for c in columns)
+        left, right = (f"COUNT(CASE WHEN {SIDE} = {i} THEN 1 END)" for i in (0, 1))
+        if node.args.get("distinct"):
+            keep = f"{left} > 0 AND {right} {'> 0' if kind == 'INTERSECT' else '= 0'}"
+            select = sqlglot.parse_one(f"SELECT {names} FROM {UNION} GROUP BY {names} "
+                                       f"HAVING {keep}", read="duckdb")
+        else:
+            times = f"least({left}, {right})" if kind == "INTERSECT" else f"{left} - {right}"
+            select = sqlglot.parse_one(f"SELECT {names}, {times} AS {COPIES} FROM {UNION} "
+                                       f"GROUP BY {names} HAVING {times} > 0", read="duckdb")
+        assert isinstance(select, exp.Select)
+        _keep_tail(node, select)
+        stage = translate_block(self.scope, select, name, {}, UnionInput(source, branches))
+        return stage if node.args.get("distinct") else _explode_copies(stage)
+
+    def branches(self, parts: list[exp.Expr], kind: str,
+                 ctes: Ctes) -> tuple[tuple[Branch, ...], tuple[Column, ...]]:
+        """The SELECTs of a set operation as branches projected onto the first one's columns."""
         branches: list[Branch] = []
         columns: list[Column] = []
         for i, part in enumerate(parts):
             inner = part.this if isinstance(part, exp.Subquery) else part
             branch, outputs = self.union_branch(inner, i, ctes)
             if not columns:
-                used: set[str] = set()
+                used: set[str] = {SIDE, COPIES}
                 columns = [replace(c, name=unique(c.name, used), not_null=False) for c in outputs]
             elif len(outputs) != len(columns):
-                raise self.scope.error(f"each SELECT of a UNION must have the same number of "
+                raise self.scope.error(f"each SELECT of a {kind} must have the same number of "
                                        f"columns: {len(columns)} and {len(outputs)}", part)
             assert branch.project is not None
             branches.append(replace(branch, project=tuple(
                 Named(col.name, expr.expr) for col, expr in zip(columns, branch.project))))
-        source = TableDecl(UNION, tuple(columns), self.scope.location)
-        select = exp.select(*[exp.column(c.name) for c in columns]).from_(UNION)
-        if distinct:
-            select.set("distinct", exp.Distinct())
-        for key in ("order", "limit", "offset"):
-            if node.args.get(key) is not None:
-                select.set(key, node.args[key])
-        return translate_block(self.scope, select, name, {}, UnionInput(source, tuple(branches)))
+        return tuple(branches), tuple(columns)
 
     def union_branch(self, part: exp.Expr, index: int,
                      ctes: Ctes) -> tuple[Branch, tuple[Column, ...]]:
@@ -186,6 +231,36 @@ class _Splitter:
         project = tuple(Named(name, Scalar.of(node).substitute(flat)) for name, node in items)
         outputs = tuple(Column(name, type_of(Scalar.of(node), decl)) for name, node in items)
         return Branch(EquiJoin((inp,), ()), where=where, project=project), outputs
+
+
+def _keep_tail(node: exp.Expr, select: exp.Select) -> None:
+    """The set operation's own ORDER BY / LIMIT / OFFSET, moved onto the SELECT over it."""
+    for key in ("order", "limit", "offset"):
+        if node.args.get(key) is not None:
+            select.set(key, node.args[key])
+
+
+def _explode_copies(stage: StageTranslation) -> StageTranslation:
+    """An ALL set operation's stage: each row repeated by its :data:`COPIES` output.
+
+    The SELECT over the union computed the copies as an output column (so that they are
+    maintained like any aggregate); here that column becomes the stage's Explode and leaves
+    the output.
+    """
+    def rewrite(rel: Rel) -> Rel:
+        if isinstance(rel, Project):
+            copies = next(n.expr for n in rel.exprs if n.name == COPIES)
+            kept = tuple(n for n in rel.exprs if n.name != COPIES)
+            return replace(rel, child=insert(rel.child, copies), exprs=kept)
+        return rel.with_child(rewrite(rel.children()[0]))
+
+    def insert(rel: Rel, copies: Scalar) -> Rel:
+        if isinstance(rel, Aggregate):
+            return Explode(rel, COPIES, copies)
+        return rel.with_child(insert(rel.children()[0], copies))
+
+    return replace(stage, rel=rewrite(stage.rel),
+                   output=tuple(c for c in stage.output if c.name != COPIES))
 
 
 def _has_tail(node: exp.Expr) -> bool:

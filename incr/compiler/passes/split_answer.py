@@ -146,7 +146,8 @@ def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, s
         elif isinstance(node, Filter):
             having = over_state(node.predicate)
         elif isinstance(node, Explode):
-            explode = Scalar(f"{MAIN}.{ROW_COUNT}")
+            explode = (Scalar(f"{MAIN}.{ROW_COUNT}") if node.times is None
+                       else over_state(node.times))
         node = node.children()[0]
     return Answer(main=main, keys=keys, grouped=grouped, bags=bags, exprs=exprs,
                   having=having, order=order, limit=limit, offset=offset or 0, explode=explode)

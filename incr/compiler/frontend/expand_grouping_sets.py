@@ -1,0 +1,213 @@
+"""ROLLUP, CUBE and GROUPING SETS as a UNION ALL of one GROUP BY per grouping set.
+
+``GROUP BY ROLLUP (a, b)`` groups the rows three ways: by ``(a, b)``, by ``(a)`` and by
+``()``.  Each grouping set becomes one SELECT of a ``UNION ALL``: the same items, grouped by
+that set, with every grouping expression outside the set replaced by a typed NULL and each
+``GROUPING(...)`` by its bit mask (1 for an argument rolled up, first argument highest).
+The grand total (the empty set) is a global aggregate, so like SQL it answers one row even
+over no rows.  Elements combine as SQL says: ``GROUP BY c, ROLLUP (a, b)`` is the cross
+product of ``{(c)}`` with ROLLUP's sets.
+
+The union's branches go finest first, so that its column types come from a branch with no
+NULL in place of a key.  The query's ORDER BY / LIMIT / OFFSET (and its WITH) move onto the
+union; an ORDER BY must then name output columns (or repeat an item's expression).
+
+Every branch is then an ordinary aggregation stage: exact under deletes, each keeping its
+own state.  (Deriving the coarser levels from the finest one's state would store less; the
+branches' answers are the same.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from itertools import combinations, product
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+
+from incr.compiler.frontend.query import Query, Scope
+from incr.compiler.frontend.resolve_names import default_name, qualify_names, unique
+
+#: More grouping sets than this (a CUBE of seven columns) is refused: each is a stage.
+MAX_SETS = 64
+
+_KINDS = {exp.Rollup: "ROLLUP", exp.Cube: "CUBE", exp.GroupingSets: "GROUPING SETS"}
+#: The nodes a grouping expression can be (a column or an expression over columns).
+_KEYED = (exp.Column, exp.Func, exp.Binary, exp.Paren, exp.Cast, exp.Case)
+
+
+def expand_grouping_sets(q: Query) -> Query:
+    """Rewrites every SELECT grouped by ROLLUP / CUBE / GROUPING SETS into a UNION ALL.
+
+    Raises:
+        NotIncrementalizableError: for more than :data:`MAX_SETS` sets, DISTINCT or an
+            ORDER BY that names no output column.
+    """
+    tree = q.tree
+    grouped = [s for s in tree.find_all(exp.Select) if _has_sets(s)]
+    for select in reversed(grouped):  # inner queries first
+        union = _expand(q.scope, select)
+        if select is tree:
+            tree = union
+        else:
+            select.replace(union)
+    return replace(q, tree=tree) if grouped else q
+
+
+def _has_sets(select: exp.Select) -> bool:
+    group = select.args.get("group")
+    return group is not None and any(isinstance(e, tuple(_KINDS)) for e in group.expressions)
+
+
+def _expand(scope: Scope, select: exp.Select) -> exp.Expr:
+    group = select.args["group"]
+    sets = grouping_sets(scope, group)
+    if len(sets) > MAX_SETS:
+        raise scope.refuse(f"GROUP BY with {len(sets)} grouping sets",
+                           f"each set is maintained as a query of its own; at most {MAX_SETS}",
+                           group)
+    if select.args.get("distinct") is not None:
+        raise scope.refuse("SELECT DISTINCT with ROLLUP, CUBE or GROUPING SETS",
+                           "group by the distinct columns instead", select)
+    keys: dict[str, exp.Expr] = {}
+    for s in sets:
+        for e in s:
+            keys.setdefault(_key(e), e)
+    types = _key_types(scope, select, list(keys))
+    names: list[str] = []
+    used: set[str] = set()
+    for i, item in enumerate(select.expressions):
+        names.append(unique(item.alias if isinstance(item, exp.Alias) else default_name(item, i),
+                            used))
+    branches = [_branch(select, s, keys, types, names)
+                for s in sorted(sets, key=len, reverse=True)]
+    union: exp.Expr = branches[0]
+    for branch in branches[1:]:
+        union = exp.Union(this=union, expression=branch, distinct=False)
+    if len(branches) == 1:  # one set: an ordinary GROUP BY, its tail stays where it is
+        for key in ("order", "limit", "offset", "with_"):
+            if select.args.get(key) is not None:
+                union.set(key, select.args[key])
+        return union
+    for key in ("limit", "offset", "with_"):
+        if select.args.get(key) is not None:
+            union.set(key, select.args[key])
+    if select.args.get("order") is not None:
+        union.set("order", _order_by_names(scope, select, names))
+    return union
+
+
+def grouping_sets(scope: Scope, group: exp.Group) -> list[list[exp.Expr]]:
+    """The grouping sets of a GROUP BY, in SQL's order (a cross product of its elements)."""
+    options: list[list[list[exp.Expr]]] = []
+    for element in group.expressions:
+        if isinstance(element, exp.Rollup):
+            es = list(element.expressions)
+            options.append([es[:i] for i in range(len(es), -1, -1)])
+        elif isinstance(element, exp.Cube):
+            es = list(element.expressions)
+            options.append([list(c) for r in range(len(es), -1, -1)
+                            for c in combinations(es, r)])
+        elif isinstance(element, exp.GroupingSets):
+            listed = []
+            for item in element.expressions:
+                if isinstance(item, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                    raise scope.refuse(f"{_KINDS[type(item)]} inside GROUPING SETS",
+                                       "list the grouping sets it stands for", item)
+                listed.append(list(item.expressions) if isinstance(item, exp.Tuple)
+                              else [item.this] if isinstance(item, exp.Paren) else [item])
+            options.append(listed)
+        else:
+            options.append([[element]])
+    return [[e for part in combo for e in part] for combo in product(*options)]
+
+
+def _key(node: exp.Expr) -> str:
+    """How a grouping expression is recognised in the SELECT list.
+
+    Its SQL with columns by bare name: ``t.a``, ``"a"`` and ``a`` are one key.
+    """
+    if isinstance(node, exp.Column):
+        return node.name.lower()
+    bare = node.copy()
+    for column in list(bare.find_all(exp.Column)):
+        column.replace(exp.column(column.name.lower()))
+    return bare.sql().lower()
+
+
+def _key_types(scope: Scope, select: exp.Select, keys: list[str]) -> dict[str, str]:
+    """The SQL type of each grouping expression, where sqlglot can tell (for typed NULLs)."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+
+    schema: dict[str, object] = {t.name: {c.name: str(c.type) for c in t.columns}
+                                 for t in scope.program.tables}
+    try:
+        typed = annotate_types(qualify_names(scope, select.copy()), schema=schema,
+                               dialect=scope.program.options.dialect)
+    except (OptimizeError, ValueError, KeyError):
+        return {}
+    group = typed.args.get("group")
+    found: dict[str, str] = {}
+    for node in group.find_all(*_KEYED) if group is not None else []:
+        if node.type is not None and not node.type.is_type(exp.DataType.Type.UNKNOWN,
+                                                           exp.DataType.Type.NULL):
+            found.setdefault(_key(node), node.type.sql(scope.program.options.dialect))
+    return {k: found[k] for k in keys if k in found}
+
+
+def _branch(select: exp.Select, chosen: list[exp.Expr], keys: dict[str, exp.Expr],
+            types: dict[str, str], names: list[str]) -> exp.Select:
+    """The SELECT for one grouping set: keys outside it NULL, GROUPING() a constant."""
+    kept = {_key(e) for e in chosen}
+    branch = select.copy()
+    for key in ("order", "limit", "offset", "with_"):
+        branch.set(key, None)
+    branch.set("group", exp.Group(expressions=[e.copy() for e in chosen]) if chosen else None)
+    inside_aggregates = {id(n) for agg in branch.find_all(exp.AggFunc) for n in agg.walk()
+                         if n is not agg}
+
+    def substitute(node: exp.Expr) -> exp.Expr:
+        if id(node) in inside_aggregates:
+            return node
+        if isinstance(node, exp.Grouping):
+            bits = [0 if _key(a) in kept else 1 for a in node.expressions]
+            return exp.Literal.number(int("".join(map(str, bits)) or "0", 2))
+        key = _key(node) if isinstance(node, _KEYED) else None
+        if key is not None and key in keys and key not in kept:
+            null = exp.Null()
+            return exp.Cast(this=null, to=exp.DataType.build(types[key])) if key in types else null
+        return node
+
+    items = []
+    for item, name in zip(branch.expressions, names):
+        body = item.this if isinstance(item, exp.Alias) else item
+        items.append(exp.alias_(body.transform(substitute, copy=False), name, quoted=True))
+    branch.set("expressions", items)
+    having = branch.args.get("having")
+    if having is not None:
+        having.set("this", having.this.transform(substitute, copy=False))
+    return branch
+
+
+def _order_by_names(scope: Scope, select: exp.Select, names: list[str]) -> exp.Order:
+    """The ORDER BY of a grouping-sets query over the union's output names."""
+    order = select.args["order"].copy()
+    assert isinstance(order, exp.Order)
+    by_expr = {}
+    for item, name in zip(select.expressions, names):
+        by_expr[_key(item.this if isinstance(item, exp.Alias) else item)] = name
+    lowered = {n.lower(): n for n in names}
+    for ordered in order.expressions:
+        term = ordered.this
+        if isinstance(term, exp.Literal) and term.is_int and 1 <= int(term.this) <= len(names):
+            name = names[int(term.this) - 1]
+        elif isinstance(term, exp.Column) and not term.table and term.name.lower() in lowered:
+            name = lowered[term.name.lower()]
+        elif _key(term) in by_expr:
+            name = by_expr[_key(term)]
+        else:
+            raise scope.refuse("ORDER BY an expression that is not an output column, with "
+                               "ROLLUP, CUBE or GROUPING SETS", "order by the output columns "
+                               "(add the expression to the SELECT list)", term)
+        ordered.set("this", exp.column(name, quoted=True))
+    return order
