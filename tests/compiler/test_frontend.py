@@ -77,6 +77,11 @@ def render_expand_grouping_sets(case: Case) -> str:
     return q.tree.sql(dialect="duckdb", pretty=True)
 
 
+def render_compute_join_keys(case: Case) -> str:
+    q = run_frontend(query_of(case), until="compute_join_keys")
+    return q.tree.sql(dialect="duckdb", pretty=True)
+
+
 def render_decorrelate(case: Case) -> str:
     q = run_frontend(query_of(case), until="decorrelate")
     names = "(nothing nested: unchanged)" if q.output_names is None else ", ".join(q.output_names)
@@ -141,6 +146,7 @@ def render_lower_block(case: Case) -> str:
 RENDER: dict[str, Callable[[Case], str]] = {
     "refuse_unsupported": render_refuse_unsupported,
     "expand_grouping_sets": render_expand_grouping_sets,
+    "compute_join_keys": render_compute_join_keys,
     "decorrelate": render_decorrelate,
     "split_stages": render_split_stages,
     "split_joins": render_split_joins,

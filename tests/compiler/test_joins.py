@@ -52,11 +52,25 @@ def test_plain_join_view_is_a_bag_of_joined_rows():
     assert plan.output == ("cust", "price")
 
 
+def test_cross_and_band_joins_cross_the_side_without_a_key():
+    """No equality between the inputs: Δ of one crosses the other's whole side table and the
+    band condition filters the joined rows before h."""
+    plan = plan_of("SELECT o.cust, COUNT(*) AS n FROM orders o JOIN items i "
+                   "ON i.price >= o.okey AND i.price < o.okey + 10 GROUP BY o.cust")
+    assert plan.top.branches[0].join.pairs == ()
+    assert plan.table("side_i").bucket_columns == ()
+    sql = plan.join_delta_sql("orders", "delta", {"o": "so", "i": "si"})
+    assert "CROSS JOIN (SELECT * FROM si) AS `i`" in sql
+    assert "i__price >= o__okey" in plan.h_sql("main", "joined")
+    crossed = plan_of("SELECT o.cust, i.qty FROM orders o CROSS JOIN items i")
+    assert crossed.sources == ("orders", "items")
+
+
 @pytest.mark.parametrize("select, fragment", [
-    ("SELECT o.cust FROM orders o JOIN items i ON o.okey < i.okey", "non-equi join"),
+    ("SELECT o.cust FROM orders o LEFT JOIN items i ON o.okey < i.okey",
+     "LEFT JOIN condition o.okey < i.okey"),
     ("SELECT o.cust FROM orders o LEFT JOIN items i ON o.okey = i.okey AND o.cust > i.okey",
      "LEFT JOIN condition"),
-    ("SELECT o.cust FROM orders o CROSS JOIN items i", "cross or non-equi join"),
     ("SELECT o.cust FROM orders o JOIN items i USING (okey)", "USING"),
     (("SELECT o.cust FROM orders o JOIN custs c ON o.cust = c.cust FULL JOIN items i "
       "ON o.okey = i.okey"), "FULL JOIN after other joins"),

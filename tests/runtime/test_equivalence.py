@@ -198,6 +198,9 @@ JOIN_FROMS = [
     ("FROM a JOIN b ON a.k = b.k", ("a", "b")),
     ("FROM a AS l INNER JOIN b AS r ON l.k = r.k AND r.v > 2", ("a", "b")),
     ("FROM b JOIN a ON a.k = b.k JOIN c ON b.h = c.h", ("a", "b", "c")),
+    ("FROM a JOIN b ON a.x >= b.v AND a.x < b.v + 2", ("a", "b")),  # a band join
+    ("FROM a CROSS JOIN b", ("a", "b")),
+    ("FROM a JOIN b ON a.k = b.k + 1 AND a.k * 2 = b.v", ("a", "b")),  # computed keys
 ]
 JOIN_KEYS = ["g", "h", "k % 2"]
 JOIN_AGGS = ["COUNT(*)", "SUM(v)", "SUM(x * v)", "AVG(x)", "MIN(v)", "MAX(x)",

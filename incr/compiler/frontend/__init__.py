@@ -11,7 +11,7 @@ trees; two tuples run them:
 
 * :data:`FRONTEND`, over the whole view (a :class:`~incr.compiler.frontend.query.Query`):
   refuse what has no incremental form, expand grouping sets, decorrelate nested queries,
-  split into stages;
+  make expression join keys columns, split into stages;
 * :data:`~incr.compiler.frontend.block.BLOCK`, over each query block (one SELECT, a
   :class:`~incr.compiler.frontend.query.Block`), run by ``split_stages`` for each stage it
   splits off: read the inputs and split the joins, resolve names, lower to IR.
@@ -27,6 +27,9 @@ Ordering constraints of :data:`FRONTEND`:
 * ``decorrelate`` before ``split_stages``: the subqueries it turns into joins with derived
   tables are what ``split_stages`` splits off as stages.  It also records the view's
   output names, which its rules change, for ``split_stages`` to put back.
+* ``compute_join_keys`` after ``decorrelate`` (whose subquery merging would fold its FROM
+  subqueries back in, and whose unnested joins may have expression keys too) and before
+  ``split_stages``, which splits those subqueries off as stages that store nothing.
 * ``split_stages`` last: it translates every block (running ``BLOCK``) and fills
   ``Query.stages``.
 """
@@ -38,6 +41,7 @@ from collections.abc import Callable
 import sqlglot
 from sqlglot.errors import ParseError as SqlglotParseError
 
+from incr.compiler.frontend.compute_join_keys import compute_join_keys
 from incr.compiler.frontend.decorrelate import decorrelate
 from incr.compiler.frontend.expand_grouping_sets import expand_grouping_sets
 from incr.compiler.frontend.query import Query, Scope, Translation
@@ -48,7 +52,8 @@ from incr.errors import Location, ParseError
 
 Step = Callable[[Query], Query]
 
-FRONTEND: tuple[Step, ...] = (refuse_unsupported, expand_grouping_sets, decorrelate, split_stages)
+FRONTEND: tuple[Step, ...] = (refuse_unsupported, expand_grouping_sets, decorrelate,
+                              compute_join_keys, split_stages)
 
 
 def parse_query(view: ViewDecl, program: Program) -> Query:

@@ -5,9 +5,11 @@ join, every column is resolved to the joined relation's name ``<alias>__<column>
 passes see one source with unique column names), and the join is split:
 
 * **Equi-join keys** come from ON and from WHERE: an equality between columns of two
-  inputs is a key pair; every other condition filters the joined rows.  Each input must
-  meet the others through key pairs, except a derived single-row input (a global
-  aggregate), which is crossed; anything else is refused as a cross or non-equi join.
+  inputs is a key pair; every other condition filters the joined rows.  An input that meets
+  no other through a key pair (a CROSS JOIN, a band join ``b.lo <= a.x AND a.x < b.hi``, a
+  global aggregate) is crossed: a change of another input reads all of its side table, so
+  this pays when that side is small (a dimension, a one-row input).  Outer joins need key
+  pairs (their unmatched rows are found by key).
 * **Outer joins** are kept as branches of the stage's input: the matched rows (an inner
   join) and, per preserved side, the unmatched rows (an anti-join, the other side padded
   with NULLs).  A condition on the preserved side alone in a LEFT JOIN's ON pads the rows
@@ -165,7 +167,7 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
         elif side == "LEFT":
             bad = mixed[:1]
             if bad:
-                raise scope.refuse(f"LEFT JOIN condition {bad[0].sql(CANONICAL_DIALECT)}",
+                raise scope.refuse(f"LEFT JOIN condition {_as_written(bad[0], flat_of)}",
                                    "an outer join's ON may hold equalities between the two "
                                    "tables and conditions on either table alone", j)
             if not pairs:
@@ -179,7 +181,7 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
                                    "JOIN, or make it the first join of the FROM clause", j)
             flipped = [(y, x) for x, y in pairs]
             if mixed or not pairs:
-                cond = mixed[0].sql(CANONICAL_DIALECT) if mixed else "(no equality)"
+                cond = _as_written(mixed[0], flat_of) if mixed else "(no equality)"
                 raise scope.refuse(f"{side} JOIN condition {cond}", "an outer join's ON may "
                                    "hold equalities between the two tables and conditions "
                                    "on either table alone", j)
@@ -212,13 +214,14 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
         inp.derived) for inp in inputs}
     single_row = {a for a, inp in ((i.alias.lower(), i) for i in inputs)
                   if inp.derived and b.derived[inp.decl.name].single_row}
-    for t in terms:
-        _check_connected(scope, [by_alias[a] for a in t.inputs], t.pairs, single_row, tree)
+    outer = len(terms) > 1 or bool(terms[0].anti) or bool(terms[0].padded)
+    if outer:
+        for t in terms:
+            _check_connected(scope, [by_alias[a] for a in t.inputs], t.pairs, single_row, tree)
     padded_anywhere = {a for t in terms for a in t.padded}
     columns = tuple(Column(flat, col.type, col.not_null and inp.alias.lower() not in padded_anywhere)
                     for inp in inputs for col in inp.decl.columns
                     for flat in [f"{inp.alias.lower()}__{col.name}"] if flat in flat_of)
-    outer = len(terms) > 1 or bool(terms[0].anti) or bool(terms[0].padded)
     branches = []
     for t in terms:
         join = EquiJoin(tuple(by_alias[a] for a in t.inputs), tuple(t.pairs),
@@ -277,9 +280,22 @@ def _flatten_columns(scope: Scope, tree: exp.Select, inputs: list[Input]) -> dic
     return flat_of
 
 
+def _as_written(node: exp.Expr, flat_of: dict[str, tuple[str, str]]) -> str:
+    """A condition for a message, its columns named ``alias.column`` as the user wrote them."""
+    shown = node.copy()
+    for col in list(shown.find_all(exp.Column)):
+        if col.name in flat_of:
+            alias, name = flat_of[col.name]
+            col.replace(exp.column(name, table=alias))
+    return str(shown.sql(CANONICAL_DIALECT))
+
+
 def _check_connected(scope: Scope, inputs: list[JoinInput], pairs: list[tuple[str, str]],
                      crossed: set[str], tree: exp.Select) -> None:
-    """Every input must meet the others through equalities, except single-row ones."""
+    """With an outer join, every input meets the others through equalities.
+
+    Single-row inputs excepted: an unmatched row is found by its key.
+    """
     regular = [i for i in inputs if i.alias not in crossed]
     if not regular:
         return
@@ -294,10 +310,11 @@ def _check_connected(scope: Scope, inputs: list[JoinInput], pairs: list[tuple[st
                 changed = True
     missing = [i for i in regular if i.alias not in reached]
     if missing:
-        raise scope.refuse(f"join of {missing[0].table} without an equality to the other "
-                           f"tables (a cross or non-equi join)", "only equi-joins (a.k = b.k "
-                           "in ON or WHERE) are maintained: any other condition would keep "
-                           "every pair of rows", (tree.args.get("joins") or [tree])[0])
+        raise scope.refuse(f"outer join of {missing[0].table} without an equality to the "
+                           f"other tables (a non-equi outer join)", "an outer join is "
+                           "maintained through its equality keys (a.k = b.k in ON); inner "
+                           "cross and non-equi joins are maintained",
+                           (tree.args.get("joins") or [tree])[0])
 
 
 def _and_scalar(conds: list[exp.Expr]) -> Scalar | None:
