@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from incr.config import settings
@@ -83,9 +84,12 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--limit", type=int, default=None, help="print at most this many rows")
     sp.set_defaults(func=cmd_answer)
 
-    sp = sub.add_parser("status", help="show registered batches and how far each view is")
+    sp = sub.add_parser("status", help="show registered batches, how far each view is, its "
+                                       "state and answer sizes, and the rejected batch if any "
+                                       "(from Delta logs: starts no Spark)")
     program_arg(sp)
     paths(sp)
+    sp.add_argument("--json", action="store_true", help="print the status as JSON")
     sp.set_defaults(func=cmd_status)
 
     sp = sub.add_parser("skip", help="drop a registered batch that no table applied (e.g. a "
@@ -224,11 +228,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     compiled = compile_program(args.program)
     pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
     batches = pipeline.ledger.batches()
+    views = pipeline.status()
+    rejected = pipeline.last_rejection()
+    if args.json:
+        print(json.dumps({"program": compiled.name, "batches": len(batches),
+                          "last_batch": str(batches[-1]) if batches else None,
+                          "views": [asdict(v) for v in views],
+                          "rejected": asdict(rejected) if rejected else None}, indent=2))
+        return 0
     print(f"program {compiled.name}: {len(batches)} registered batches"
           + (f", last {batches[-1]}" if batches else ""))
-    for s in pipeline.status():
-        print(f"  view {s.view}: state at batch {s.state_batch}, answer at batch "
-              f"{s.answer_batch}, {s.pending} batch(es) pending")
+    for v in views:
+        state = (f"{v.state_rows:,} rows" if v.state_rows is not None else "rows unknown") + \
+            f", {v.state_bytes / 2**20:.1f} MiB"
+        answer = (f"version {v.answer_version}, {v.answer_rows} rows"
+                  if v.answer_version is not None else "none yet")
+        print(f"  view {v.view}: state at batch {v.state_batch} ({state}), answer at batch "
+              f"{v.answer_batch} ({answer}), {v.pending} batch(es) pending")
+    if rejected is not None:
+        where = f"batch {rejected.seq} (table {rejected.table}, file {rejected.path})" \
+            if rejected.seq is not None else "a landed file"
+        print(f"  rejected: {where}: {rejected.message}")
+        print("  fix or replace the file and run again, or `incr skip` it")
     return 0
 
 

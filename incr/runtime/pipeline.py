@@ -76,12 +76,32 @@ class RunReport:
 
 @dataclass
 class ViewStatus:
-    """Where one view stands."""
+    """Where one view stands (read from Delta logs: no data, no Spark).
+
+    ``state_rows`` / ``state_bytes`` sum the view's current state tables (None: a table
+    has no row counts in its log); ``answer_version`` is the answer table's Delta version
+    (what a reader pinning a snapshot asks for), None before the first answer.
+    """
 
     view: str
     state_batch: int | None
     answer_batch: int | None
     pending: int
+    state_rows: int | None = None
+    state_bytes: int = 0
+    answer_version: int | None = None
+    answer_rows: int | None = None
+
+
+@dataclass
+class Rejection:
+    """The batch the last run stopped at, and why (from the run log)."""
+
+    message: str
+    seq: int | None = None
+    table: str | None = None
+    path: str | None = None
+    at: float | None = None
 
 
 @dataclass
@@ -186,8 +206,34 @@ class Pipeline:
         for v in self.views.values():
             done = v.through()
             pending = sum(1 for b in batches if v in self._consumers(b) and b.seq > done)
-            out.append(ViewStatus(v.plan.view, v.state_through(), v.answer_through(), pending))
+            status = ViewStatus(v.plan.view, v.state_through(), v.answer_through(), pending)
+            rows: list[int | None] = []
+            for table in {t.name for s in v.plan.stages for t in v.plan.stored(s)}:
+                path = v.table_path(table)
+                if self.store.exists(path):
+                    rows.append(self.store.row_count(path))
+                    status.state_bytes += self.store.size_bytes(path)
+            status.state_rows = None if None in rows or not rows else sum(r or 0 for r in rows)
+            if self.store.exists(v.answer_path):
+                status.answer_version = self.store.table(v.answer_path).version()
+                status.answer_rows = self.store.row_count(v.answer_path)
+            out.append(status)
         return out
+
+    def last_rejection(self) -> Rejection | None:
+        """Why the last run (or Airflow's prepare step) stopped, if a batch was rejected."""
+        log = self.meta / "runs.jsonl"
+        if not log.exists():
+            return None
+        lines = [line for line in log.read_text().splitlines() if line.strip()]
+        if not lines:
+            return None
+        entry = json.loads(lines[-1])
+        if not entry.get("rejected"):
+            return None
+        batch = entry.get("rejected_batch") or {}
+        return Rejection(entry["rejected"], batch.get("seq"), batch.get("table"),
+                         batch.get("path"), entry.get("at"))
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, through: int | None = None) -> RunReport:
@@ -374,8 +420,11 @@ class Pipeline:
 
     def _log(self, report: RunReport) -> None:
         self.meta.mkdir(parents=True, exist_ok=True)
+        rejected = report.rejected_batch
         entry = {"at": time.time(), "program": report.program, "registered": report.registered,
                  "applied": [asdict(b) for b in report.applied],
-                 "rejected": str(report.rejected) if report.rejected else None}
+                 "rejected": str(report.rejected) if report.rejected else None,
+                 "rejected_batch": {"seq": rejected.seq, "table": rejected.table,
+                                    "path": rejected.path} if rejected else None}
         with (self.meta / "runs.jsonl").open("a") as fh:
             fh.write(json.dumps(entry, default=str) + "\n")

@@ -134,6 +134,11 @@ class DeltaStore:
         values = counts.to_pylist()
         return None if None in values else sum(values)
 
+    def size_bytes(self, path: str | Path) -> int:
+        """Bytes of the current version's data files (from the log)."""
+        actions = pa.table(self.table(path).get_add_actions(flatten=True))
+        return int(sum(s or 0 for s in actions["size_bytes"].to_pylist()))
+
     def reach(self, path: str | Path, column: str, values: pa.Array) -> float:
         """The share of the table's rows in files whose ``column`` range (log statistics)
         may hold one of ``values``: what a MERGE matching on ``column`` would rewrite.

@@ -330,6 +330,11 @@ def test_rejection_mid_sequence_stops_there_and_resumes_after_fix(world):
     assert_oracle(warehouse, expected)
     [status] = pipeline.status()
     assert (status.state_batch, status.answer_batch, status.pending) == (2, 2, 2)
+    assert status.state_rows and status.state_bytes > 0 and status.answer_version is not None
+    assert status.answer_rows == read_answer(warehouse, COMPILED.plans[0])[0].num_rows
+    rejection = pipeline.last_rejection()
+    assert (rejection.seq, rejection.table, rejection.path) == (3, "t", "t/_deletes/0003_del.parquet")
+    assert "0 live copies" in rejection.message
     before = snapshot(warehouse)
 
     again = pipeline.run()
@@ -341,6 +346,7 @@ def test_rejection_mid_sequence_stops_there_and_resumes_after_fix(world):
     fixed = pipeline.run()
     assert fixed.rejected is None, str(fixed.rejected)
     assert [b.seq for b in fixed.applied] == [3, 4]
+    assert pipeline.last_rejection() is None
     assert_oracle(warehouse, live(expected + [("e", 3, 3.0), ("a", 4, -2.0)], [("c", None, -1.0)]))
     assert pipeline.run().applied == []  # nothing applied twice
 
@@ -360,6 +366,16 @@ def test_cli_run_exits_3_and_names_the_file(spark, dirs, capsys):
         assert f"error: {path}:2: " in err
         assert "column v" in err and "'oops'" in err and "not a valid BIGINT" in err
         assert "stopped at batch 0" in out
+
+        # `incr status` says which batch was rejected and why, as text and as JSON.
+        paths = ["--landing", str(landing), "--warehouse", str(warehouse)]
+        assert cli.main(["status", str(program), *paths]) == 0
+        out, _ = capsys.readouterr()
+        assert "rejected: batch 0 (table t, file t/0000_b.csv)" in out and "'oops'" in out
+        assert cli.main(["status", str(program), *paths, "--json"]) == 0
+        status = json.loads(capsys.readouterr()[0])
+        assert status["rejected"]["seq"] == 0 and "not a valid BIGINT" in status["rejected"]["message"]
+        assert [v["pending"] for v in status["views"]] == [1] and status["batches"] == 1
 
         # An unsupported file is refused with the same exit code.
         txt = land(landing, "0001_c.txt", b"hello\n")
