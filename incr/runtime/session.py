@@ -43,6 +43,9 @@ DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "4g",
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",
+    # Quiet startup: no banner lines or native-library notice on stderr (see the file).
+    "spark.driver.extraJavaOptions":
+        f"-Dlog4j2.configurationFile={(Path(__file__).parent / 'log4j2.properties').as_uri()}",
 }
 
 
