@@ -26,6 +26,9 @@ Columns (times in seconds, wall clock, on one SparkSession):
 ``answer_rows, check``
     rows of incr's answer; ``ok``/``MISMATCH`` when ``--check`` compared it with DuckDB and
     the recompute (empty otherwise).
+``stages``
+    seconds per stage of each view with more than one (``view:stage=s``, summed over the
+    step's batches; the view's own stage is under the view's name).
 ``load1``
     the machine's 1-minute load average after the step: other work on the machine shows
     up there (the machine has ``nproc`` cores; above that, timings are inflated).
@@ -63,6 +66,9 @@ class IncrementRow:
     check: str = ""
     load1: float = 0.0
     duckdb_s: float | None = None
+    #: Seconds per stage of each view (``view:stage=s``, space-separated; a view with one
+    #: stage is left out): where a nested view's time goes.
+    stages: str = ""
 
     @property
     def speedup(self) -> float:
@@ -80,7 +86,7 @@ class IncrementRow:
 COLUMNS = ["name", "size", "increment", "kind", "initial_rows", "rows", "incremental_s",
            "recompute_s", "peer_s", "floor_s", "read_s", "index_s", "h_s", "merge_s", "answer_s",
            "other_s", "speedup", "vs_peer", "vs_floor", "answer_rows", "check", "load1",
-           "duckdb_s"]
+           "duckdb_s", "stages"]
 
 
 def _ratio(a: float | None, b: float | None) -> float:

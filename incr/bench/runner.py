@@ -69,6 +69,18 @@ def _breakdown(report: RunReport) -> dict[str, float]:
     return out
 
 
+def _stage_times(report: RunReport) -> str:
+    """Seconds per stage of each view with more than one, summed over the run's batches."""
+    totals: dict[str, float] = {}
+    for b in report.applied:
+        for v in b.views:
+            if len(v.stages) > 1:
+                for stage, seconds in v.stages.items():
+                    key = f"{v.view}:{stage}"
+                    totals[key] = totals.get(key, 0.0) + seconds
+    return " ".join(f"{k}={s:.3f}" for k, s in totals.items())
+
+
 def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, initial: int,
                size: int, increments: int, deletes: bool, check: bool, peer: bool,
                profile: bool, log: TextIO | None, append_only: bool = False,
@@ -128,7 +140,8 @@ def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, 
         row = IncrementRow(label, size, step.index, step.kind, initial, step.rows, incremental,
                            recompute_s, peer_s, floor, **parts,
                            other_s=incremental - sum(parts.values()), answer_rows=answer_rows,
-                           check=verdict, load1=os.getloadavg()[0], duckdb_s=duckdb_s)
+                           check=verdict, load1=os.getloadavg()[0], duckdb_s=duckdb_s,
+                           stages=_stage_times(report))
         series.rows.append(row)
         if log:
             _print_row(row, log)

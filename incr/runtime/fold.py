@@ -82,6 +82,9 @@ class ViewMetrics:
     #: touched groups) or "rewrite" (a(state) over the whole state).
     answer_mode: str = ""
     tables: dict[str, dict] = field(default_factory=dict)
+    #: Seconds per stage the batch reached (producers first; the view's own stage last,
+    #: under the view's name): where a nested view's time goes.
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -142,12 +145,16 @@ class Fold:
                     changes[inp.alias] = (outboxes[inp.table], 0)
                 elif not inp.derived and inp.table.lower() == source.lower():
                     changes[inp.alias] = (signed, sign)
+            t0 = time.perf_counter()
             virtual = self._apply_stage(stage, batch, changes, view)
             if virtual is not None:
                 outboxes[stage.name] = virtual
             elif self.plan.consumers(stage.name):
                 path = self.state.check_outbox(stage, batch)
                 outboxes[stage.name] = self.engine.delta(f"{self._prefix}out_{stage.name}", path)
+            name = stage.name or self.plan.view
+            self.metrics.stages[name] = self.metrics.stages.get(name, 0.0) + \
+                time.perf_counter() - t0
 
     def _apply_stage(self, stage: StagePlan, batch: int, changes: dict[str, tuple[str, int]],
                      batch_view: str) -> str | None:

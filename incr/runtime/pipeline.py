@@ -403,11 +403,13 @@ class Pipeline:
         for v in views:
             m = v.apply(batch.seq, batch.kind, batch.table, name, loaded.arrow, register)
             m.rows_in = loaded.rows
+            stages = "" if len(m.stages) < 2 else "; stages " + ", ".join(
+                f"{name} {s:.3f}" for name, s in m.stages.items())
             log.info("batch %d (%s %s, %d rows) → view %s: %s, %d state rows touched, %.3f s "
-                     "(h %.3f, merge %.3f, answer %.3f)", batch.seq, batch.kind, batch.table,
+                     "(h %.3f, merge %.3f, answer %.3f%s)", batch.seq, batch.kind, batch.table,
                      loaded.rows, v.plan.view, m.engine or "already applied",
                      m.state_rows_touched, m.h_s + m.merge_s + m.answer_s, m.h_s, m.merge_s,
-                     m.answer_s)
+                     m.answer_s, stages)
             out.append(m)
         return out
 

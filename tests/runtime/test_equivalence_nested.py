@@ -838,3 +838,7 @@ def test_global_aggregates_over_sources_not_yet_landed(spark, tmp_path, local_ro
         assert report.rejected is None, str(report.rejected)
         check_join_answers(compiled, warehouse, live, {"a", "b", "c"},
                            f"after batch {seq} ({op} of {len(rows)} rows on {table})")
+        for m in (m for applied in report.applied for m in applied.views):  # time per stage
+            stages = [s.name or m.view for s in compiled.plan(m.view).stages
+                      if compiled.plan(m.view).depends_on(s, table)]
+            assert list(m.stages) == stages and all(t >= 0 for t in m.stages.values())
