@@ -211,12 +211,13 @@ class Pipeline:
             for table in {t.name for s in v.plan.stages for t in v.plan.stored(s)}:
                 path = v.table_path(table)
                 if self.store.exists(path):
-                    rows.append(self.store.row_count(path))
-                    status.state_bytes += self.store.size_bytes(path)
+                    table_rows, table_bytes = self.store.totals(path)
+                    rows.append(table_rows)
+                    status.state_bytes += table_bytes
             status.state_rows = None if None in rows or not rows else sum(r or 0 for r in rows)
             if self.store.exists(v.answer_path):
                 status.answer_version = self.store.table(v.answer_path).version()
-                status.answer_rows = self.store.row_count(v.answer_path)
+                status.answer_rows = self.store.totals(v.answer_path)[0]
             out.append(status)
         return out
 

@@ -134,10 +134,12 @@ class DeltaStore:
         values = counts.to_pylist()
         return None if None in values else sum(values)
 
-    def size_bytes(self, path: str | Path) -> int:
-        """Bytes of the current version's data files (from the log)."""
+    def totals(self, path: str | Path) -> tuple[int | None, int]:
+        """Rows (None: not recorded) and bytes of the current version's files, from the log."""
         actions = pa.table(self.table(path).get_add_actions(flatten=True))
-        return int(sum(s or 0 for s in actions["size_bytes"].to_pylist()))
+        rows = actions["num_records"].to_pylist()
+        return (None if None in rows else sum(rows),
+                int(sum(s or 0 for s in actions["size_bytes"].to_pylist())))
 
     def reach(self, path: str | Path, column: str, values: pa.Array) -> float:
         """The share of the table's rows in files whose ``column`` range (log statistics)

@@ -22,7 +22,7 @@ from itertools import count
 from sqlglot import exp
 
 from incr.compiler.frontend.query import Query
-from incr.compiler.frontend.trees import conjuncts, contains_aggregate, is_star
+from incr.compiler.frontend.trees import conjuncts, contains_aggregate, is_star, unqualified
 
 #: Prefix of the columns holding computed join keys.
 KEY = "_jk"
@@ -63,10 +63,7 @@ def _rewrite(q: Query, select: exp.Select, numbers: Iterator[int]) -> None:
             if isinstance(side, exp.Column) or alias is None:
                 continue
             name = f"{KEY}{next(numbers)}"
-            bare = side.copy()
-            for col in list(bare.find_all(exp.Column)):
-                col.replace(exp.column(col.name, quoted=col.this.quoted))
-            added.setdefault(alias, []).append((name, bare))
+            added.setdefault(alias, []).append((name, unqualified(side)))
             side.replace(exp.column(name, table=alias))
     for alias, keys in added.items():
         table = tables[alias]

@@ -26,7 +26,14 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 
 from incr.compiler.frontend.query import Query, Scope
-from incr.compiler.frontend.resolve_names import default_name, qualify_names, unique
+from incr.compiler.frontend.resolve_names import (
+    default_name,
+    order_by_target,
+    qualify_names,
+    sqlglot_schema,
+    unique,
+)
+from incr.compiler.frontend.trees import unqualified
 
 #: More grouping sets than this (a CUBE of seven columns) is refused: each is a stage.
 MAX_SETS = 64
@@ -129,20 +136,15 @@ def _key(node: exp.Expr) -> str:
     """
     if isinstance(node, exp.Column):
         return node.name.lower()
-    bare = node.copy()
-    for column in list(bare.find_all(exp.Column)):
-        column.replace(exp.column(column.name.lower()))
-    return bare.sql().lower()
+    return unqualified(node, keep_quotes=False).sql().lower()
 
 
 def _key_types(scope: Scope, select: exp.Select, keys: list[str]) -> dict[str, str]:
     """The SQL type of each grouping expression, where sqlglot can tell (for typed NULLs)."""
     from sqlglot.optimizer.annotate_types import annotate_types
 
-    schema: dict[str, object] = {t.name: {c.name: str(c.type) for c in t.columns}
-                                 for t in scope.program.tables}
     try:
-        typed = annotate_types(qualify_names(scope, select.copy()), schema=schema,
+        typed = annotate_types(qualify_names(scope, select.copy()), schema=sqlglot_schema(scope),
                                dialect=scope.program.options.dialect)
     except (OptimizeError, ValueError, KeyError):
         return {}
@@ -196,13 +198,11 @@ def _order_by_names(scope: Scope, select: exp.Select, names: list[str]) -> exp.O
     by_expr = {}
     for item, name in zip(select.expressions, names):
         by_expr[_key(item.this if isinstance(item, exp.Alias) else item)] = name
-    lowered = {n.lower(): n for n in names}
     for ordered in order.expressions:
         term = ordered.this
-        if isinstance(term, exp.Literal) and term.is_int and 1 <= int(term.this) <= len(names):
-            name = names[int(term.this) - 1]
-        elif isinstance(term, exp.Column) and not term.table and term.name.lower() in lowered:
-            name = lowered[term.name.lower()]
+        target = order_by_target(scope, term, names)  # a position or an output name
+        if isinstance(target, int):
+            name = names[target]
         elif _key(term) in by_expr:
             name = by_expr[_key(term)]
         else:

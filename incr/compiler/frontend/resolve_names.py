@@ -64,9 +64,12 @@ def qualify_names(scope: Scope, tree: exp.Expr) -> exp.Expr:
     """
     from sqlglot.optimizer.qualify import qualify
 
-    schema: dict[str, Any] = {t.name: {c.name: str(c.type) for c in t.columns}
-                              for t in scope.program.tables}
-    return qualify(tree, schema=schema, dialect=scope.program.options.dialect)
+    return qualify(tree, schema=sqlglot_schema(scope), dialect=scope.program.options.dialect)
+
+
+def sqlglot_schema(scope: Scope) -> dict[str, Any]:
+    """The declared tables as sqlglot's schema mapping (table -> column -> type)."""
+    return {t.name: {c.name: str(c.type) for c in t.columns} for t in scope.program.tables}
 
 
 def resolve_table(scope: Scope, table_node: exp.Table,

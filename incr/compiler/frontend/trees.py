@@ -34,3 +34,14 @@ def func_name(node: exp.Expr) -> str:
 def is_star(node: exp.Expr) -> bool:
     """True for ``*`` and ``t.*`` in a SELECT list."""
     return isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star))
+
+
+def unqualified(node: exp.Expr, keep_quotes: bool = True) -> exp.Expr:
+    """A copy of ``node`` with every column by its bare name: ``t.a`` becomes ``a``.
+
+    With ``keep_quotes`` False, ``"a"`` becomes ``a`` too: a form to compare expressions by.
+    """
+    bare = node.copy()
+    for col in list(bare.find_all(exp.Column)):
+        col.replace(exp.column(col.name, quoted=keep_quotes and col.this.quoted))
+    return bare
