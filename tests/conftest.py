@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -13,6 +15,7 @@ from incr.orchestration.airflow_home import use_airflow_home
 # Airflow reads its configuration when first imported (test modules import the DAG factory),
 # so the tests' own Airflow home is set before collection.
 _AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="incr-test-airflow-"))
+atexit.register(shutil.rmtree, _AIRFLOW_HOME, ignore_errors=True)
 use_airflow_home(_AIRFLOW_HOME, dags_folder=_AIRFLOW_HOME / "dags")
 (_AIRFLOW_HOME / "dags").mkdir(exist_ok=True)
 

@@ -8,6 +8,11 @@ before the first statement::
     -- incr: append_only = clicks, impressions
     -- incr: buckets = 16
     -- incr: schedule = @hourly
+    -- incr: on_failure = alerts.incr:page_oncall
+
+``schedule`` and ``on_failure`` are read by the Airflow DAG factory: the schedule is a
+backstop beside the landed-file watcher, and ``on_failure`` names a function called with
+Airflow's task context when a task of the program fails for good.
 
 Everything here is parsing and checking; nothing is compiled yet.
 """
@@ -32,7 +37,10 @@ DEFAULT_OPTIONS: dict[str, str] = {
     "append_only": "",
     "buckets": "8",
     "schedule": "",
+    "on_failure": "",
 }
+
+_HOOK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 _OPTION_LINE = re.compile(r"^\s*--\s*incr\s*:\s*(?P<key>[A-Za-z_]+)\s*=\s*(?P<value>.*?)\s*$")
 
@@ -105,6 +113,7 @@ class Options:
     append_only: frozenset[str] = frozenset()
     buckets: int = 8
     schedule: str | None = None
+    on_failure: str | None = None  # package.module:function, called when a DAG task fails
 
 
 @dataclass(frozen=True)
@@ -219,8 +228,12 @@ def _parse_options(text: str, path: str) -> Options:
         raise ParseError(f"header option buckets must be an integer in 1..4096, "
                          f"got {values['buckets']!r}", Location(path, 1)) from e
     append_only = frozenset(t.strip().lower() for t in values["append_only"].split(",") if t.strip())
+    hook = values["on_failure"].strip() or None
+    if hook is not None and not _HOOK.match(hook):
+        raise ParseError(f"header option on_failure must name a function as package.module:function, "
+                         f"got {hook!r}", Location(path, 1))
     return Options(dialect=dialect, append_only=append_only, buckets=buckets,
-                   schedule=values["schedule"].strip() or None)
+                   schedule=values["schedule"].strip() or None, on_failure=hook)
 
 
 def _split_statements(text: str, path: str, dialect: str) -> list[tuple[str, int, int]]:

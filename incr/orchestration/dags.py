@@ -6,8 +6,19 @@ Each DAG is ``prepare`` → ``apply_<view>`` (one task per view) → ``finish``:
   the sources' row indexes (deletions checked); it stops at the first rejected batch and
   says up to which batch the views may go;
 * ``apply_<view>`` folds those batches into one view's state and publishes its answer;
-  views are independent, so they run as parallel tasks, each retried on its own;
-* ``finish`` fails the run, with the rejection message, if a batch was rejected.
+  views are independent, so they run as parallel tasks, each retried on its own.  A view
+  with nothing new is skipped; one that published emits an event on its answer table's
+  Asset (:func:`answer_asset`), so downstream DAGs run on fresh answers only;
+* ``finish`` fails the run, naming the rejected file and why, if a batch was rejected;
+* ``housekeeping`` checkpoints and vacuums the program's tables once every
+  ``INCR_MAINTAIN_EVERY_H`` hours (skipped otherwise), keeping answers' time travel
+  (:mod:`incr.runtime.housekeeping`).
+
+Runs start when a file lands: each source table's landing folder is an Asset
+(:func:`landing_asset`) watched by :class:`~incr.orchestration.triggers.LandedFilesTrigger`
+in Airflow's triggerer.  The program's ``-- incr: schedule = ...`` header, if any, is a
+backstop beside the watcher.  ``-- incr: on_failure = package.module:function`` names a hook
+called (with Airflow's task context) when a task of the program fails for good.
 
 Every task is idempotent (each Delta commit carries its batch number), so Airflow retries
 are safe.  This module imports only Airflow's SDK and the standard library: the DAG
@@ -17,28 +28,78 @@ processor parses it often, and Spark, Delta and the compiler load inside the tas
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 from pathlib import Path
+from typing import Any
 
-from airflow.sdk import DAG, Param, dag, task
+from airflow.sdk import DAG, Asset, AssetAny, AssetWatcher, Param, TriggerRule, dag, task
 
 from incr.config import settings
+from incr.orchestration.callbacks import on_failure
+from incr.orchestration.triggers import LandedFilesTrigger
 
-_SCHEDULE = re.compile(r"^\s*--\s*incr\s*:\s*schedule\s*=\s*(?P<value>\S.*?)\s*$", re.IGNORECASE)
+_HEADER = re.compile(r"^\s*--\s*incr\s*:\s*(?P<key>[a-z_]+)\s*=\s*(?P<value>\S.*?)\s*$", re.IGNORECASE)
+_TABLE = re.compile(r"\bCREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?[`\"]?(?P<name>[A-Za-z_][A-Za-z0-9_]*)",
+                    re.IGNORECASE)
+#: Seconds between two listings of a landing folder by its watcher.
+WATCH_INTERVAL_S = 5.0
 _VIEW = re.compile(r"\bCREATE\s+(?:OR\s+REPLACE\s+)?VIEW\s+(?:IF\s+NOT\s+EXISTS\s+)?"
                    r"[`\"]?(?P<name>[A-Za-z][A-Za-z0-9_]*)", re.IGNORECASE)
 _COMMENTS = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
-def header_schedule(text: str) -> str | None:
-    """The ``-- incr: schedule = ...`` header option, read without parsing the SQL."""
+def header_option(text: str, key: str) -> str | None:
+    """A ``-- incr: key = value`` header option, read without parsing the SQL."""
     for line in text.splitlines():
         if line.strip() and not line.strip().startswith("--"):
             break
-        m = _SCHEDULE.match(line)
-        if m:
+        m = _HEADER.match(line)
+        if m and m.group("key").lower() == key:
             return m.group("value")
     return None
+
+
+def header_schedule(text: str) -> str | None:
+    """The ``-- incr: schedule = ...`` header option (a cron expression or preset)."""
+    return header_option(text, "schedule")
+
+
+def table_names(text: str) -> list[str]:
+    """The source tables a program declares, read without parsing the SQL."""
+    return [m.group("name") for m in _TABLE.finditer(_COMMENTS.sub(" ", text))]
+
+
+def landing_asset(landing: str, table: str) -> Asset:
+    """The Asset of one source table's landing folder, watched for landed files.
+
+    Named by its URI, so every program reading the same folder shares one Asset and one
+    watcher, and a file landed there starts a run of each of them.
+    """
+    folder = Path(landing, table).resolve()
+    trigger = LandedFilesTrigger(str(folder), poke_interval=WATCH_INTERVAL_S)
+    return Asset(uri=folder.as_uri(), group="incr-landing",
+                 watchers=[AssetWatcher(name=f"incr_landing_{table}", trigger=trigger)])
+
+
+def answer_asset(warehouse: str, view: str) -> Asset:
+    """The Asset of one view's answer table: an event each time a batch is published."""
+    return Asset(uri=Path(warehouse, "answers", view).resolve().as_uri(), group="incr-answers")
+
+
+def _schedule(text: str, landing: str) -> Any:
+    """Landed files (the watched landing Assets), with the header's schedule as a backstop."""
+    from airflow.timetables.assets import AssetOrTimeSchedule
+    from airflow.timetables.trigger import CronTriggerTimetable
+
+    tables = table_names(text)
+    if not tables:
+        return header_schedule(text)
+    assets = AssetAny(*(landing_asset(landing, t) for t in tables))
+    backstop = header_schedule(text)
+    if backstop is None or backstop.lower() == "none":
+        return assets
+    return AssetOrTimeSchedule(timetable=CronTriggerTimetable(backstop, timezone="UTC"), assets=assets)
 
 
 def view_names(text: str) -> list[str]:
@@ -50,15 +111,16 @@ def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
     """The DAG maintaining the views of one program file."""
     name = program.stem
     text = program.read_text(encoding="utf-8")
-    schedule = header_schedule(text)
     views = view_names(text)
+    hook = functools.partial(on_failure, hook=header_option(text, "on_failure"))
 
-    @dag(dag_id=f"incr_{name}", schedule=schedule, start_date=dt.datetime(2026, 1, 1),
+    @dag(dag_id=f"incr_{name}", schedule=_schedule(text, landing), start_date=dt.datetime(2026, 1, 1),
          catchup=False, max_active_runs=1, tags=["incr"],
          doc_md=f"Maintains the views of `{program.name}` incrementally (incr).",
          params={"landing": Param(landing, type="string"),
                  "warehouse": Param(warehouse, type="string")},
-         default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=30)})
+         default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=30),
+                       "on_failure_callback": hook})
     def maintain():
         @task(multiple_outputs=True)
         def prepare(params: dict | None = None) -> dict:
@@ -67,37 +129,64 @@ def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
             return prepare_batches(program, params["landing"], params["warehouse"])
 
         def apply_task(view: str):
-            @task(task_id=f"apply_{view}")
-            def apply_view(through: int | None, params: dict | None = None) -> dict:
+            published = answer_asset(warehouse, view)
+
+            @task(task_id=f"apply_{view}", outlets=[published])
+            def apply_view(through: int | None, params: dict | None = None,
+                           outlet_events: Any = None) -> dict:
+                from airflow.exceptions import AirflowSkipException
+
                 from incr.orchestration.tasks import apply_view as run_view
 
-                return run_view(program, params["landing"], params["warehouse"], view, through)
+                out = run_view(program, params["landing"], params["warehouse"], view, through)
+                if not out["batches"]:
+                    raise AirflowSkipException(f"view {view} has no new batch (through {through})")
+                outlet_events[published].extra = {"view": view, "through": out["through"],
+                                                  "answer_version": out["answer_version"]}
+                return out
 
             return apply_view
 
-        @task
-        def finish(rejected: str | None, results: list[dict]) -> dict:
+        @task(trigger_rule=TriggerRule.NONE_FAILED)
+        def finish(rejected: str | None, results: list[dict | None]) -> dict:
             from incr.orchestration.tasks import finish_run
 
             return finish_run(rejected, results)
 
+        @task
+        def housekeeping(params: dict | None = None) -> dict:
+            from airflow.exceptions import AirflowSkipException
+
+            from incr.orchestration.tasks import housekeep
+
+            done = housekeep(program, params["landing"], params["warehouse"])
+            if done is None:
+                raise AirflowSkipException("housekeeping is not due (INCR_MAINTAIN_EVERY_H)")
+            return done
+
         prepared = prepare()
         results = [apply_task(v)(prepared["ready_through"]) for v in views]
-        finish(prepared["rejected"], results)
+        finish(prepared["rejected"], results) >> housekeeping()
 
     return maintain()
+
+
+def default_paths(sql_dir: Path) -> tuple[str, str]:
+    """Landing and warehouse: ``$INCR_LANDING`` / ``$INCR_WAREHOUSE``, else ``data/`` beside ``sql_dir``."""
+    base = sql_dir.resolve().parent / "data"
+    config = settings()
+    return (config.landing or str(base / "landing"), config.warehouse or str(base / "warehouse"))
 
 
 def program_dags(sql_dir: Path, landing: str | None = None, warehouse: str | None = None) -> dict[str, DAG]:
     """A DAG per ``*.sql`` file under ``sql_dir``, keyed by DAG id.
 
-    Landing and warehouse default to ``$INCR_LANDING`` / ``$INCR_WAREHOUSE``, else ``data/``
-    beside ``sql_dir``; both can be overridden per run (DAG params).
+    Landing and warehouse default to :func:`default_paths`; both can be overridden per run
+    (DAG params).
     """
-    base = sql_dir.resolve().parent / "data"
-    config = settings()
-    landing = landing or config.landing or str(base / "landing")
-    warehouse = warehouse or config.warehouse or str(base / "warehouse")
+    default_landing, default_warehouse = default_paths(sql_dir)
+    landing = landing or default_landing
+    warehouse = warehouse or default_warehouse
     out: dict[str, DAG] = {}
     for program in sorted(sql_dir.rglob("*.sql")):
         d = program_dag(program, landing, warehouse)

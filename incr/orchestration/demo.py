@@ -102,7 +102,9 @@ def run_demo(out: Path, initial_rows: int) -> int:
     import shutil
 
     out = out.resolve()
-    for sub in ("landing", "warehouse", "replay-warehouse"):
+    # A fresh start, Airflow's metadata DB included: dag.test() runs tasks against the DAG
+    # version stored there, which an earlier demo with other tasks would have left.
+    for sub in ("landing", "warehouse", "replay-warehouse", "airflow"):
         shutil.rmtree(out / sub, ignore_errors=True)
     landing, warehouse = out / "landing", out / "warehouse"
     use_airflow_home(out / "airflow", PROGRAM.parents[2] / "dags")

@@ -30,14 +30,51 @@ def apply_view(program: Path, landing: str, warehouse: str, view: str, through: 
     """Applies the validated batches to one view and publishes its answer."""
     pipeline = _pipeline(program, landing, warehouse)
     metrics = pipeline.apply_view(view, through)
-    return {"view": view, "through": through, "batches": [asdict(m) for m in metrics]}
+    answer = pipeline.views[view].answer_path
+    version = pipeline.store.table(answer).version() if pipeline.store.exists(answer) else None
+    return {"view": view, "through": through, "batches": [asdict(m) for m in metrics],
+            "answer_version": version}
 
 
-def finish_run(rejected: str | None, results: list[dict]) -> dict:
-    """Fails the DAG run when a batch was rejected; otherwise summarises it."""
-    summary = {"views": {r["view"]: len(r["batches"]) for r in results}, "rejected": rejected}
+def finish_run(rejected: str | None, results: list[dict | None]) -> dict:
+    """Fails the DAG run when a batch was rejected; otherwise summarises it.
+
+    ``results`` holds None for a view whose task was skipped (it had no new batch).
+    """
+    summary = {"views": {r["view"]: len(r["batches"]) for r in results if r}, "rejected": rejected}
     if rejected:
         from airflow.exceptions import AirflowFailException
 
         raise AirflowFailException(f"batch rejected, later batches wait: {rejected}")
     return summary
+
+
+def housekeep(program: Path, landing: str, warehouse: str) -> dict | None:
+    """Checkpoints and vacuums the program's tables when due (``INCR_MAINTAIN_EVERY_H``).
+
+    Returns None when not due; otherwise a summary of what was done.
+    """
+    from incr.config import settings
+    from incr.runtime.housekeeping import due, maintain
+
+    config = settings()
+    pipeline = _pipeline(program, landing, warehouse)
+    if not due(pipeline.meta, config.maintain_every_h):
+        return None
+    done = maintain(pipeline, config)
+    return {"tables": len(done), "files_before": sum(u.files_before for u in done),
+            "files_after": sum(u.files_after for u in done),
+            "bytes_freed": sum(u.bytes_freed for u in done)}
+
+
+def describe_answer(uri: str, events: list[dict]) -> dict:
+    """What a downstream task sees of a fresh answer: its batch, Delta version and row count."""
+    from urllib.parse import unquote, urlparse
+
+    from incr.runtime.store import DeltaStore
+
+    store = DeltaStore()
+    path = unquote(urlparse(uri).path)
+    table = store.table(path)
+    return {"answer": path, "batch": store.batch_version(path), "version": table.version(),
+            "rows": store.totals(path)[0], "events": events}

@@ -51,8 +51,12 @@ def file_format(path: str) -> str:
     return FORMATS[suffix]
 
 
-def discover(landing: Path, tables: Iterable[str]) -> list[LandedFile]:
-    """Every batch file currently landed for ``tables``, in apply order."""
+def discover(landing: Path, tables: Iterable[str], *, check_types: bool = True) -> list[LandedFile]:
+    """Every batch file currently landed for ``tables``, in apply order.
+
+    With ``check_types`` a file of a type incr cannot read is an :class:`InputError`; without
+    it (a watcher only announcing files) it is listed, so the run that reads it says why.
+    """
     found: list[LandedFile] = []
     for table in tables:
         for kind, folder in ((INSERT, landing / table), (DELETE, landing / table / DELETES_DIR)):
@@ -62,7 +66,8 @@ def discover(landing: Path, tables: Iterable[str]) -> list[LandedFile]:
                 if entry.name.startswith((".", "_")) or not entry.is_file():
                     continue
                 rel = entry.relative_to(landing).as_posix()
-                file_format(str(entry))
+                if check_types:
+                    file_format(str(entry))
                 st = entry.stat()
                 found.append(LandedFile(table, kind, rel, st.st_size, st.st_mtime_ns))
     found.sort(key=lambda f: (f.name, f.table, f.kind != INSERT))

@@ -18,6 +18,7 @@ import pytest
 
 from incr import cli
 from incr.compiler import compile_text
+from incr.compiler.program import parse_program
 from incr.errors import CompileError, IncrError, NotIncrementalizableError, ParseError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -437,6 +438,15 @@ def test_unknown_header_option():
     assert type(err) is ParseError
     assert "unknown header option 'bukets'" in err.message
     assert err.location.line == 2
+
+
+def test_on_failure_hook_must_name_a_function():
+    err = compile_error("-- incr: on_failure = page me\n" + TABLE_WITH.format(column="qty BIGINT"))
+    assert type(err) is ParseError
+    assert "on_failure must name a function as package.module:function" in err.message
+    header = "-- incr: on_failure = alerts.incr:page\n"
+    program = parse_program(header + TABLE_WITH.format(column="qty BIGINT"), "p.sql")
+    assert program.options.on_failure == "alerts.incr:page"
 
 
 def test_error_classes_and_exit_codes():

@@ -17,7 +17,7 @@ import pytest
 
 from incr.compiler import compile_program
 from incr.oracle import diff_answers, oracle_answer
-from incr.orchestration.dags import header_schedule, view_names
+from incr.orchestration.dags import header_option, header_schedule, table_names, view_names
 from incr.runtime.report import read_answer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,8 +47,47 @@ def test_header_and_views_are_read_without_the_compiler():
         assert view_names(program.read_text()) == [p.view for p in compile_program(program).plans]
 
 
+def test_header_options_and_tables_are_read_without_the_compiler():
+    text = "-- incr: on_failure = alerts.incr:page\n" + PROGRAM
+    assert header_option(text, "on_failure") == "alerts.incr:page"
+    assert header_option(PROGRAM, "on_failure") is None
+    assert table_names(PROGRAM) == ["e"]
+
+
+def test_a_landed_file_or_the_header_schedule_starts_a_run(tmp_path):
+    from airflow.timetables.assets import AssetOrTimeSchedule
+
+    from incr.orchestration.dags import answer_asset, landing_asset, program_dag
+
+    program = tmp_path / "games.sql"
+    program.write_text(PROGRAM)
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    dag = program_dag(program, str(landing), str(warehouse))
+    assert isinstance(dag.timetable, AssetOrTimeSchedule)  # the header's @daily is the backstop
+    watched = landing_asset(str(landing), "e")
+    assert watched.uri == (landing / "e").resolve().as_uri()
+    assert dag.timetable.asset_condition.objects[0].uri == watched.uri
+    assert [w.trigger.serialize()[1]["folder"] for w in watched.watchers] == [str((landing / "e").resolve())]
+    # Each view's task emits its answer's Asset; a program without a schedule waits for files only.
+    assert dag.get_task("apply_scores").outlets == [answer_asset(str(warehouse), "scores")]
+    program.write_text(PROGRAM.replace("-- incr: schedule = @daily\n", ""))
+    assert not isinstance(program_dag(program, str(landing), str(warehouse)).timetable, AssetOrTimeSchedule)
+
+
+def test_the_downstream_example_runs_on_an_answer_asset():
+    import runpy
+
+    from incr.orchestration.dags import answer_asset, default_paths
+
+    found = runpy.run_path(str(REPO / "dags" / "incr_downstream_example.py"))
+    _, warehouse = default_paths(REPO / "sql")
+    assert found["REGION_SUMMARY"] == answer_asset(warehouse, "region_summary")
+    assert "region_summary" in view_names((REPO / "sql" / "examples" / "sales.sql").read_text())
+
+
 def test_dag_file_imports_nothing_heavy():
     code = ("import sys, runpy; runpy.run_path('dags/incr_programs.py'); "
+            "runpy.run_path('dags/incr_downstream_example.py'); "
             "print(sorted(m for m in ('pyspark', 'deltalake', 'sqlglot', 'duckdb') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=300, check=False)
@@ -78,7 +117,8 @@ def test_dag_run_maintains_views_and_fails_on_a_rejected_batch(airflow_home, spa
         f"globals().update(program_dags(Path({str(tmp_path)!r}), {str(landing)!r}, {str(warehouse)!r}))\n")
     dag = program_dag(program, str(landing), str(warehouse))
     assert dag.dag_id == "incr_games"
-    assert {t.task_id for t in dag.tasks} == {"prepare", "apply_scores", "apply_best", "finish"}
+    assert {t.task_id for t in dag.tasks} == {"prepare", "apply_scores", "apply_best", "finish",
+                                             "housekeeping"}
 
     rows = [{"who": "ann", "pts": 3}, {"who": "bob", "pts": 5}, {"who": "ann", "pts": 4}]
     _land(landing, "001.csv", rows)
