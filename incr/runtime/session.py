@@ -56,16 +56,18 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     ``INCR_SPARK_CONF`` (``key=value`` pairs, e.g. ``spark.driver.memory=8g``) of
     :mod:`incr.config`, which add to :data:`DEFAULTS`; ``conf`` adds to (overrides) both.
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    config = settings()
+    master = master or config.spark_master
+    if on_loopback(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    config = settings()
     values = dict(DEFAULTS)
     values.update(config.spark_settings())
     values.update(conf or {})
-    builder = SparkSession.builder.master(master or config.spark_master)
+    builder = SparkSession.builder.master(master)
     builder = builder.appName("incr")
     for key, value in values.items():
         builder = builder.config(key, value)
@@ -75,6 +77,24 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     # the error itself, with the file and view it concerns.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return spark
+
+
+def on_loopback(master: str) -> bool:
+    """Whether every process of ``master`` runs on this machine's loopback interface.
+
+    Only then may the driver bind to 127.0.0.1 (SPARK_LOCAL_IP, set unless already set: it
+    spares a local run the machine's hostname lookup): the driver advertises that address to
+    the executors, and on a cluster with other hosts they would dial their own loopback and
+    never reach it.  True for ``local[...]`` masters and for ``spark://`` URLs whose hosts are
+    all 127.0.0.1 or localhost (such as :func:`incr.runtime.cluster.standalone_cluster`'s).
+    """
+    if master.startswith("local"):
+        return True
+    scheme, _, hosts = master.partition("://")
+    if scheme != "spark" or not hosts:
+        return False
+    return all(part.rsplit(":", 1)[0] in ("127.0.0.1", "localhost", "[::1]")
+               for part in hosts.rstrip("/").split(","))
 
 
 def read_delta(spark: SparkSession, store: DeltaStore, path: str,
