@@ -218,12 +218,17 @@ def join_programs(draw) -> str:
         aggs.append("SUM(w)")
     qualify = {"g": "g", "k % 2": "b.k % 2" if "AS l" not in from_ else "r.k % 2", "h": "h"}
     items = [f"{qualify[k]} AS g{i}" for i, k in enumerate(keys)]
-    items += [f"{a} AS a{i}" for i, a in enumerate(aggs)]
+    # Sometimes the first aggregate is named like an input column (b.v) and ordered by:
+    # in ORDER BY the output name wins, as in DuckDB.
+    shadow = draw(st.booleans())
+    items += [f"{a} AS {'v' if shadow and i == 0 else f'a{i}'}" for i, a in enumerate(aggs)]
     sql = f"SELECT {', '.join(items)} {from_}"
     if draw(st.booleans()):
         sql += f" WHERE {draw(st.sampled_from(JOIN_WHERES))}"
     if keys:
         sql += " GROUP BY " + ", ".join(qualify[k] for k in keys)
+    if shadow:
+        sql += " ORDER BY " + ", ".join(["v DESC", *(f"g{i}" for i in range(len(keys)))]) + " LIMIT 4"
     views = [f"CREATE VIEW j0 AS {sql};"]
     if draw(st.booleans()):
         plain_from = "FROM a JOIN b ON a.k = b.k"

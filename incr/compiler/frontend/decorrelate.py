@@ -61,6 +61,9 @@ def decorrelate(q: Query) -> Query:
     where_sub = next((n for n in subqueries if not isinstance(n, exp.In)), None)
     in_anchor = where_in.copy() if where_in is not None else None
     sub_anchor = where_sub.copy() if where_sub is not None else None
+    inner = [n for n in subqueries if isinstance(n, exp.Subquery) and isinstance(n.this, exp.Select)
+             and not isinstance(n.parent, (exp.From, exp.Join)) and correlated(n.this, q.program)]
+    correlated_anchor = inner[0].copy() if inner else sub_anchor
     for negation in list(tree.find_all(exp.Not)):
         rewrite_not_in(negation, q.program)
     try:
@@ -96,7 +99,36 @@ def decorrelate(q: Query) -> Query:
                                "which has no NULL surprises" if negated else
                                "IN (subquery) is maintained as a top-level WHERE condition",
                                in_anchor)
+    unnested = _standing_correlated(tree)
+    if unnested is not None:
+        condition = unnested.args.get("where")
+        outer_tests = [] if condition is None else \
+            [c for c in conjuncts(condition.this) if _reads_outer(c, unnested)]
+        if outer_tests and all(isinstance(c, exp.EQ) for c in outer_tests):
+            raise scope.refuse("this correlated subquery (in HAVING, or with LIMIT, for instance)",
+                               "only subqueries in WHERE or SELECT correlated by equalities "
+                               "(inner.k = outer.k) turn into joins; compute the per-key values "
+                               "as a grouped subquery in FROM and join it", correlated_anchor)
+        raise scope.refuse("correlated subquery whose correlation is not an equality "
+                           "(e.g. inner.x <> outer.y)", "only equality correlations "
+                           "(inner.k = outer.k) turn into joins", correlated_anchor)
     return replace(q, tree=tree, output_names=names)
+
+
+def _standing_correlated(tree: exp.Expr) -> exp.Select | None:
+    """A subquery outside FROM that still reads the outer query's names after unnesting."""
+    for sub in tree.find_all(exp.Subquery):
+        if not isinstance(sub.parent, (exp.From, exp.Join)) and isinstance(sub.this, exp.Select) \
+                and _reads_outer(sub.this, sub.this):
+            return sub.this
+    return None
+
+
+def _reads_outer(node: exp.Expr, select: exp.Select) -> bool:
+    """Whether ``node`` (inside ``select``, names qualified) reads a table ``select`` does not hold."""
+    own = {t.alias_or_name.lower() for t in select.find_all(exp.Table)}
+    own |= {s.alias.lower() for s in select.find_all(exp.Subquery) if s.alias}
+    return any(c.table and c.table.lower() not in own for c in node.find_all(exp.Column))
 
 
 def nested(tree: exp.Expr) -> bool:

@@ -247,9 +247,12 @@ def _flatten_columns(scope: Scope, tree: exp.Select, inputs: list[Input]) -> dic
     """Spells every column ``<alias>__<column>``; returns flat name -> (alias, declared column).
 
     A name found in no input is left alone when it is a SELECT alias (GROUP BY, HAVING and
-    ORDER BY may use it).
+    ORDER BY may use it); in ORDER BY an unqualified SELECT alias wins over an input column
+    of the same name, as in DuckDB (``SELECT upper(o.item) AS item ... ORDER BY item``).
     """
     aliases = {e.alias for e in tree.expressions if isinstance(e, exp.Alias)}
+    order = tree.args.get("order")
+    in_order = {id(c) for c in order.find_all(exp.Column)} if order is not None else set()
     by_alias = {inp.alias.lower(): inp for inp in inputs}
     by_table = {inp.decl.name.lower(): inp.alias for inp in inputs}
     flat_of: dict[str, tuple[str, str]] = {}
@@ -261,6 +264,8 @@ def _flatten_columns(scope: Scope, tree: exp.Select, inputs: list[Input]) -> dic
                 raise scope.error(f"unknown table or alias {col.table} in {col.sql()}", col)
             candidates = [by_alias[alias.lower()]]
         else:
+            if id(col) in in_order and col.name in aliases:
+                continue
             candidates = [i for i in inputs if i.decl.column(col.name) is not None]
             if not candidates and col.name in aliases:
                 continue
