@@ -12,9 +12,13 @@ import json
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from incr.config import settings
 from incr.errors import IncrError
+
+if TYPE_CHECKING:
+    from incr.serving.snapshots import ProgramLayout
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,12 +96,58 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print the status as JSON")
     sp.set_defaults(func=cmd_status)
 
+    sp = sub.add_parser("maintain", help="housekeeping: checkpoint and vacuum the program's Delta "
+                                         "tables, keeping answers' time travel to a window")
+    program_arg(sp)
+    paths(sp)
+    sp.add_argument("--keep-batches", type=int, default=None,
+                    help="keep the answer versions of this many last batches (INCR_KEEP_BATCHES)")
+    sp.add_argument("--keep-hours", type=float, default=None,
+                    help="... and of this many last hours (INCR_KEEP_HOURS)")
+    sp.add_argument("--json", action="store_true", help="print what was done as JSON")
+    sp.set_defaults(func=cmd_maintain)
+
     sp = sub.add_parser("skip", help="drop a registered batch that no table applied (e.g. a "
                                      "rejected file that will be re-sent under a new name)")
     program_arg(sp)
     paths(sp)
     sp.add_argument("--batch", type=int, required=True)
     sp.set_defaults(func=cmd_skip)
+
+    sp = sub.add_parser("serve", help="serve the answers over JDBC/ODBC (Spark's Thrift server, "
+                                      "HiveServer2 protocol): a database per program with its "
+                                      "latest consistent snapshot, and <program>_b<N> per "
+                                      "recent batch N to pin; runs until interrupted")
+    sp.add_argument("programs", nargs="+", metavar="PROGRAM", help="program files (.sql) to serve")
+    paths(sp, landing=False)
+    sp.add_argument("--host", default=settings().serve_host,
+                    help="address to listen on (default $INCR_SERVE_HOST or 127.0.0.1: this "
+                         "machine only)")
+    sp.add_argument("--port", type=int, default=settings().serve_port,
+                    help="HiveServer2 port (default $INCR_SERVE_PORT or 10000)")
+    sp.add_argument("--keep", type=int, default=settings().serve_keep,
+                    help="recent snapshots kept pinnable as <program>_b<N> (default "
+                         "$INCR_SERVE_KEEP or 5)")
+    sp.add_argument("--poll", type=float, default=settings().serve_poll_s,
+                    help="seconds between looks at the warehouse (default $INCR_SERVE_POLL_S or 2)")
+    sp.add_argument("--work", default=None,
+                    help="the server's own folder, on the warehouse's filesystem so answer files "
+                         "are hard-linked, not copied (default WAREHOUSE/_serving/PORT)")
+    sp.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting for the server, e.g. "
+                         "spark.hadoop.hive.server2.authentication=LDAP (repeatable)")
+    sp.set_defaults(func=cmd_serve)
+
+    sp = sub.add_parser("catalog", help="write a DuckDB database file with the answers as views "
+                                        "over their exact Parquet files: a schema per program "
+                                        "(latest snapshot) and <program>_b<N> per recent batch")
+    sp.add_argument("programs", nargs="+", metavar="PROGRAM", help="program files (.sql)")
+    paths(sp, landing=False)
+    sp.add_argument("--out", required=True, help="the DuckDB file to write (replaced)")
+    sp.add_argument("--keep", type=int, default=settings().serve_keep,
+                    help="recent snapshots written as <program>_b<N> schemas (default "
+                         "$INCR_SERVE_KEEP or 5)")
+    sp.set_defaults(func=cmd_catalog)
 
     sp = sub.add_parser("bench", help="time incremental batches against full recompute, the "
                                       "Structured Streaming peer and the floor (seed paper §11)")
@@ -253,6 +303,36 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from incr.compiler import compile_program
+    from incr.config import settings
+    from incr.runtime.housekeeping import maintain
+    from incr.runtime.pipeline import Pipeline
+
+    config = settings()
+    if args.keep_batches is not None:
+        config = replace(config, keep_batches=args.keep_batches)
+    if args.keep_hours is not None:
+        config = replace(config, keep_hours=args.keep_hours)
+    compiled = compile_program(args.program)
+    warehouse = _need(args.warehouse, "--warehouse")
+    done = maintain(Pipeline(compiled, args.landing or warehouse, warehouse), config)
+    if args.json:
+        print(json.dumps([asdict(u) for u in done], indent=2))
+        return 0
+    freed = sum(u.bytes_freed for u in done)
+    print(f"program {compiled.name}: {len(done)} tables, "
+          f"{sum(u.files_before for u in done):,} → {sum(u.files_after for u in done):,} data files, "
+          f"{freed / 2**20:.1f} MiB freed (answers keep {config.keep_batches} batches and "
+          f"{config.keep_hours:g} hours of time travel)")
+    for u in done:
+        if u.files_before != u.files_after:
+            print(f"  {u.path}: {u.files_before:,} → {u.files_after:,} files")
+    return 0
+
+
 def cmd_skip(args: argparse.Namespace) -> int:
     from incr.compiler import compile_program
     from incr.runtime.pipeline import Pipeline
@@ -261,6 +341,64 @@ def cmd_skip(args: argparse.Namespace) -> int:
     pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
     batch = pipeline.skip(args.batch)
     print(f"skipped {batch}; it will not be applied")
+    return 0
+
+
+def _layouts(programs: list[str]) -> list[ProgramLayout]:
+    from incr.compiler import compile_program
+    from incr.serving.snapshots import ProgramLayout
+
+    return [ProgramLayout.of(compile_program(p)) for p in programs]
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from incr.serving.thrift import BiServer, ServeOptions, default_work
+
+    warehouse = _need(args.warehouse, "--warehouse")
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise IncrError(f"--conf takes KEY=VALUE, not {item!r}")
+        conf[key.strip()] = value.strip()
+    if args.keep < 1:
+        raise IncrError("--keep must be at least 1 (the latest snapshot is one of them)")
+    if args.poll <= 0:
+        raise IncrError("--poll must be positive")
+    options = ServeOptions(host=args.host, port=args.port, keep=args.keep, poll_s=args.poll,
+                           work=Path(args.work) if args.work else default_work(warehouse, args.port),
+                           conf=conf)
+    served = logging.getLogger("incr.serving")
+    if served.getEffectiveLevel() > logging.INFO:  # what each database shows is the point
+        served.setLevel(logging.INFO)
+    server = BiServer(warehouse, _layouts(args.programs), options)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        served.info("%s received; stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        server.start()
+        server.run(stop)
+    finally:
+        server.close()
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from incr.serving.duckdb_file import write_catalog
+
+    written = write_catalog(Path(args.out), _need(args.warehouse, "--warehouse"),
+                            _layouts(args.programs), args.keep)
+    for schema, snapshot in written:
+        print(f"{schema}: {snapshot.describe()}")
     return 0
 
 

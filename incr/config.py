@@ -18,6 +18,13 @@ the environment.
 | INCR_SPARK_CONF         | (none)    | extra Spark settings, ``key=value,key=value``                     |
 | INCR_LOCK_WAIT_S        | 30        | seconds a task waits for a short shared lock (the ledger's)       |
 | INCR_LOG_LEVEL          | WARNING   | level of the ``incr`` loggers on the CLI (``-v`` sets INFO)       |
+| INCR_SERVE_HOST         | 127.0.0.1 | address ``incr serve`` listens on (its ``--host``)                |
+| INCR_SERVE_PORT         | 10000     | HiveServer2 port of ``incr serve`` (its ``--port``)               |
+| INCR_SERVE_KEEP         | 5         | recent snapshots ``incr serve`` keeps pinnable (its ``--keep``)   |
+| INCR_SERVE_POLL_S       | 2.0       | seconds between ``incr serve``'s refreshes (its ``--poll``)       |
+| INCR_KEEP_BATCHES       | 100       | housekeeping keeps the answer versions of this many last batches  |
+| INCR_KEEP_HOURS         | 168       | ... and every answer version of this many last hours (time travel) |
+| INCR_MAINTAIN_EVERY_H   | 24        | hours between two housekeepings a DAG run does (``incr maintain``) |
 | INCR_CRASH_AT           | (none)    | tests only: kill the process at a named point (:mod:`faults`)     |
 """
 
@@ -41,6 +48,9 @@ ROW_INDEX_COMPACT_FILES = 32
 LEDGER_COMPACT_FILES = 64
 #: How many offending rows a rejected delete batch names.
 SHOW_BAD_ROWS = 3
+#: ``incr serve`` deletes an answer version's folder once no served database has shown it
+#: for this many seconds, so a query planned over its files before finishes reading them.
+SERVE_GRACE_S = 600.0
 
 
 def _int(value: str, name: str) -> int:
@@ -65,6 +75,13 @@ class Settings:
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})
     lock_wait_s: float = field(default=30.0, metadata={"env": "INCR_LOCK_WAIT_S"})
     log_level: str = field(default="WARNING", metadata={"env": "INCR_LOG_LEVEL"})
+    serve_host: str = field(default="127.0.0.1", metadata={"env": "INCR_SERVE_HOST"})
+    serve_port: int = field(default=10000, metadata={"env": "INCR_SERVE_PORT"})
+    serve_keep: int = field(default=5, metadata={"env": "INCR_SERVE_KEEP"})
+    serve_poll_s: float = field(default=2.0, metadata={"env": "INCR_SERVE_POLL_S"})
+    keep_batches: int = field(default=100, metadata={"env": "INCR_KEEP_BATCHES"})
+    keep_hours: float = field(default=168.0, metadata={"env": "INCR_KEEP_HOURS"})
+    maintain_every_h: float = field(default=24.0, metadata={"env": "INCR_MAINTAIN_EVERY_H"})
     crash_at: str | None = field(default=None, metadata={"env": "INCR_CRASH_AT"})
 
     @classmethod

@@ -42,7 +42,7 @@ from incr.config import ANSWER_COMPACT_FILES, ANSWER_TARGET_FILE_BYTES
 from incr.runtime import sparkhash
 from incr.runtime.engine import DRIVER, Engine, Engines, log
 from incr.runtime.state import ViewState
-from incr.runtime.store import DeltaStore
+from incr.runtime.store import BATCH_KEY, DeltaStore
 from incr.runtime.types import nullable
 
 if TYPE_CHECKING:
@@ -302,4 +302,4 @@ class AnswerTable:
     def _metadata(self, batch: int) -> dict[str, str]:
         return {ANSWER_FP: self.plan.answer_fingerprint,
                 "incr.state_fingerprint": self.plan.state_fingerprint,
-                "incr.program": self.plan.program, "incr.batch": str(batch)}
+                "incr.program": self.plan.program, BATCH_KEY: str(batch)}

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from deltalake.exceptions import DeltaError
 
 from incr.compiler.plan import IncrementalPlan
 from incr.errors import StorageError
-from incr.runtime.store import APP_ID, DeltaStore
+from incr.runtime.store import APP_ID, BATCH_KEY, DeltaStore
 
 
 def describe_run(report) -> str:
@@ -38,8 +39,14 @@ def read_answer(warehouse: Path, plan: IncrementalPlan, batch: int | None = None
     if batch is None:
         return store.read(path), store.batch_version(path)
     for commit in store.history(path):
-        if commit.get("incr.batch") == str(batch):
-            return store.read(path, commit["version"]), batch
+        if commit.get(BATCH_KEY) == str(batch):
+            try:
+                return store.read(path, commit["version"]), batch
+            except (OSError, DeltaError) as e:  # its files are gone
+                raise StorageError(
+                    f"view {plan.view}'s answer for batch {batch} (Delta version {commit['version']}) "
+                    f"is older than the time-travel window housekeeping keeps (INCR_KEEP_BATCHES, "
+                    f"INCR_KEEP_HOURS): its files were vacuumed") from e
     raise StorageError(f"view {plan.view} has no answer for batch {batch} (batches of other "
                        f"tables, or ones before the view existed, have none)")
 

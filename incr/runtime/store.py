@@ -23,6 +23,7 @@ files already moved), never read: a retry writes its own, and a full vacuum
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import uuid
@@ -48,6 +49,10 @@ from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_
 from incr.errors import StorageError
 
 APP_ID = "incr"
+#: Commit metadata naming the batch a commit belongs to (answer tables carry it).
+BATCH_KEY = "incr.batch"
+#: Commits that change no rows and carry none of incr's metadata (housekeeping).
+MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE"})
 _UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping"}
 #: Spark's name for a NULL partition value in a directory name.
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -253,11 +258,39 @@ class DeltaStore:
         return self.table(path).history(limit)
 
     def last_commit_metadata(self, path: str | Path, key: str) -> str | None:
-        """A custom metadata value of the newest commit, or None."""
+        """A custom metadata value of the newest commit that is not housekeeping, or None.
+
+        A VACUUM adds commits of its own; what incr wrote with the newest data (an answer's
+        query fingerprint, its program) is read from the commit before them.
+        """
         if not self.exists(path):
             return None
-        latest = self.history(path, 1)
-        return latest[0].get(key) if latest else None
+        for limit in (4, None):
+            commits = self.history(path, limit)
+            for commit in commits:
+                if commit.get("operation") not in MAINTENANCE_OPERATIONS:
+                    return commit.get(key)
+            if limit is None or len(commits) < limit:
+                return None
+        return None
+
+    def housekeep(self, path: str | Path, *, keep_hours: float, keep_versions: Iterable[int] = ()
+                  ) -> list[str]:
+        """Checkpoints the table, drops expired log files, and deletes unneeded data files.
+
+        Kept: the newest version, every version of the last ``keep_hours`` hours and the
+        ``keep_versions``; the VACUUM lists the whole folder, so files no commit names (left
+        by a killed write) go too.  Only safe while no write to the table is in flight (the
+        caller holds the program's locks).  Returns the deleted files.
+        """
+        dt = self.table(path)
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+        removed = dt.vacuum(retention_hours=math.ceil(keep_hours), dry_run=False,
+                            enforce_retention_duration=False, full=True,
+                            keep_versions=sorted(set(keep_versions)) or None)
+        self.forget(path)
+        return removed
 
     # -- writing ---------------------------------------------------------------------------
     def write(self, path: str | Path, data: pa.Table, *, mode: str, batch: int | None,
