@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incr.config import Settings, settings
-from incr.runtime.store import BATCH_KEY, DeltaStore
+from incr.runtime.store import DeltaStore, commit_batches
 
 if TYPE_CHECKING:
     from incr.runtime.pipeline import Pipeline
@@ -82,8 +82,7 @@ def versions_of_last_batches(store: DeltaStore, path: str | Path, batches: int) 
     """
     if batches <= 0:
         return ()
-    marked = [(int(c[BATCH_KEY]), int(c["version"])) for c in store.history(path)
-              if c.get(BATCH_KEY) is not None and "version" in c]
+    marked = [(b, v) for v, b in commit_batches(Path(path), 0, store.table(path).version())]
     if not marked:
         return ()
     newest = max(b for b, _ in marked)

@@ -10,7 +10,7 @@ from deltalake.exceptions import DeltaError
 
 from incr.compiler.plan import IncrementalPlan
 from incr.errors import StorageError
-from incr.runtime.store import APP_ID, BATCH_KEY, DeltaStore
+from incr.runtime.store import APP_ID, DeltaStore, commit_batches, trusted_commits
 
 
 def describe_run(report) -> str:
@@ -38,14 +38,18 @@ def read_answer(warehouse: Path, plan: IncrementalPlan, batch: int | None = None
         raise StorageError(f"view {plan.view} has no answer yet at {path}; run `incr run` first")
     if batch is None:
         return store.read(path), store.batch_version(path)
-    for commit in store.history(path):
-        if commit.get(BATCH_KEY) == str(batch):
+    latest = store.table(path).version()
+    # What was published at the time: the first version naming the batch (a compaction
+    # names it again with the same rows; a republish after the answer query changed names it
+    # again, or names earlier batches, with the new query's numbers).
+    for version, committed in trusted_commits(commit_batches(path, 0, latest)):
+        if committed == batch:
             try:
-                return store.read(path, commit["version"]), batch
+                return store.read(path, version), batch
             except (OSError, DeltaError) as e:  # its files are gone
                 raise StorageError(
-                    f"view {plan.view}'s answer for batch {batch} (Delta version {commit['version']}) "
-                    f"is older than the time-travel window housekeeping keeps (INCR_KEEP_BATCHES, "
+                    f"view {plan.view}'s answer for batch {batch} (Delta version {version}) is "
+                    f"older than the time-travel window housekeeping keeps (INCR_KEEP_BATCHES, "
                     f"INCR_KEEP_HOURS): its files were vacuumed") from e
     raise StorageError(f"view {plan.view} has no answer for batch {batch} (batches of other "
                        f"tables, or ones before the view existed, have none)")

@@ -26,9 +26,7 @@ answer as of the batch they name.
 from __future__ import annotations
 
 import bisect
-import json
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +37,7 @@ from deltalake.exceptions import DeltaError
 
 from incr.errors import StorageError
 from incr.runtime.ledger import Ledger
-from incr.runtime.store import BATCH_KEY, DeltaStore
+from incr.runtime.store import DeltaStore, commit_batches, trusted_commits
 
 if TYPE_CHECKING:
     from incr.compiler import CompiledProgram
@@ -124,55 +122,6 @@ class ProgramSnapshot:
         """One line: the batch and each view's version (for logs)."""
         views = ", ".join(f"{a.view} v{a.version}" for a in self.answers)
         return f"program {self.program} at batch {self.batch} ({views})"
-
-
-def trusted_commits(commits: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The ``(version, batch)`` commits of an answer that show the answer as of their batch.
-
-    Batches reach a view in order, so its commits name non-decreasing batches (a
-    compaction names the batch of the version it rewrote).  A commit naming an earlier
-    batch than one before it is a republish after the answer query changed: computed from
-    the current state, it does not show the answer as of the batch it names, and is left
-    out.  The versions before it stay: they are what the program answered at the time.
-
-    Args:
-        commits: ``(version, batch)`` pairs in any order.
-
-    Returns:
-        The trusted pairs, by version (their batches non-decreasing).
-    """
-    out: list[tuple[int, int]] = []
-    high = -1
-    for version, batch in sorted(commits):
-        if batch >= high:
-            out.append((version, batch))
-            high = batch
-    return out
-
-
-def commit_batches(path: Path, first: int, last: int) -> Iterator[tuple[int, int]]:
-    """``(version, batch)`` of the commits ``first`` to ``last`` that name a batch.
-
-    Read from the commit files of the Delta table at ``path``, not through delta-rs's
-    ``DeltaTable.history``: that lists the newest commits in the log and numbers them down
-    from the version the table object has loaded, so a commit landing between loading and
-    listing (a run applying batches while the server reads) gets the number of the one
-    before it.  A commit file is written once and never changes; one the log's cleanup
-    removed is passed over (its version can no longer be served anyway).
-    """
-    log = Path(path) / "_delta_log"
-    for version in range(first, last + 1):
-        try:
-            lines = (log / f"{version:020d}.json").read_text().splitlines()
-        except FileNotFoundError:
-            continue
-        for line in lines:
-            if '"commitInfo"' not in line:
-                continue
-            info = json.loads(line).get("commitInfo") or {}
-            if BATCH_KEY in info:
-                yield version, int(info[BATCH_KEY])
-            break
 
 
 @dataclass

@@ -205,3 +205,24 @@ def test_a_merge_is_chosen_only_while_it_reaches_few_answer_files(spark, tmp_pat
         + [{"k": f"k{i:05d}x", "g": 1, "v": 1} for i in range(0, 5000, 50)], SCHEMA)
     plan = compiled.plan("keys")
     assert diff_answers(oracle_answer(plan.select, {"t": live}), read_answer(warehouse, plan)[0]) is None
+
+
+def test_time_travel_shows_what_was_published_even_after_the_answer_query_changed(spark, tmp_path):
+    """An answer-only change (``LIMIT 2`` → ``LIMIT 1``) republishes the answer from the
+    current state; ``--batch N`` still answers what the program published at batch N."""
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    rows = [[{"k": "a", "g": 0, "v": 5}, {"k": "b", "g": 0, "v": 3}], [{"k": "c", "g": 0, "v": 9}]]
+    old = compile_text(PROGRAM, "p.sql")
+    for seq, batch in enumerate(rows):
+        _land(landing, seq, batch, delete=False)
+        Pipeline(old, landing, warehouse, spark=spark).run()
+    new = compile_text(PROGRAM.replace("LIMIT 2", "LIMIT 1"), "p.sql")
+    Pipeline(new, landing, warehouse, spark=spark).run()  # nothing new lands: a republish
+    plan_old = next(p for p in old.plans if p.view == "ranked")
+    plan_new = next(p for p in new.plans if p.view == "ranked")
+    latest, batch = read_answer(warehouse, plan_new)
+    assert batch == 1 and latest.num_rows == 1
+    for seq in range(2):
+        live = pa.Table.from_pylist([r for b in rows[:seq + 1] for r in b], schema=SCHEMA)
+        then, _ = read_answer(warehouse, plan_old, seq)
+        assert diff_answers(oracle_answer(plan_old.select, {"t": live}), then) is None, seq

@@ -16,8 +16,9 @@ from incr.compiler import compile_program
 from incr.errors import StorageError
 from incr.oracle import diff_answers
 from incr.runtime.pipeline import Pipeline
+from incr.runtime.store import trusted_commits
 from incr.serving.links import LinkFolders
-from incr.serving.snapshots import ProgramLayout, Snapshots, trusted_commits
+from incr.serving.snapshots import ProgramLayout, Snapshots
 from tests.serving.program import NAME, VIEWS, land, oracle, write_program
 
 APPLIED = 5  # batches 0..4 applied in the module's warehouse
