@@ -7,7 +7,9 @@ Layout (one folder per source table)::
 
 Files are Parquet (``.parquet``), CSV with a header (``.csv``) or JSON lines (``.json``,
 ``.jsonl``, ``.ndjson``).  Names starting with ``.`` or ``_`` are ignored, so writers can land
-a file atomically by writing ``.name.tmp`` and renaming it.  Batches apply in order of file
+a file atomically by writing ``.name.tmp`` and renaming it.  incr reads only inside the
+landing folder: a symbolic link that leads outside it is refused like a file of a type it
+cannot read (the batch is rejected, naming the link and where it leads).  Batches apply in order of file
 name, inserts and deletes interleaved by name (ties: table name, then inserts first).
 """
 
@@ -54,10 +56,12 @@ def file_format(path: str) -> str:
 def discover(landing: Path, tables: Iterable[str], *, check_types: bool = True) -> list[LandedFile]:
     """Every batch file currently landed for ``tables``, in apply order.
 
-    With ``check_types`` a file of a type incr cannot read is an :class:`InputError`; without
-    it (a watcher only announcing files) it is listed, so the run that reads it says why.
+    With ``check_types`` a file of a type incr cannot read, or a link leading outside the
+    landing folder, is an :class:`InputError`; without it (a watcher only announcing files)
+    it is listed, so the run that reads it says why.
     """
     found: list[LandedFile] = []
+    root = landing.resolve()
     for table in tables:
         for kind, folder in ((INSERT, landing / table), (DELETE, landing / table / DELETES_DIR)):
             if not folder.is_dir():
@@ -68,10 +72,20 @@ def discover(landing: Path, tables: Iterable[str], *, check_types: bool = True) 
                 rel = entry.relative_to(landing).as_posix()
                 if check_types:
                     file_format(str(entry))
+                    _check_inside(entry, root)
                 st = entry.stat()
                 found.append(LandedFile(table, kind, rel, st.st_size, st.st_mtime_ns))
     found.sort(key=lambda f: (f.name, f.table, f.kind != INSERT))
     return found
+
+
+def _check_inside(entry: Path, root: Path) -> None:
+    """Refuses a file whose real path (links followed) is outside the landing folder."""
+    target = entry.resolve()
+    if not target.is_relative_to(root):
+        raise InputError(f"{entry.name} leads to {target}, outside the landing folder {root}; incr "
+                         f"reads only files inside it: copy the file in instead of linking it",
+                         Location(str(entry)))
 
 
 def sha256_of(path: Path) -> str:

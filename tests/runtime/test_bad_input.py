@@ -289,6 +289,33 @@ def test_unsupported_extension_is_rejected(world):
     assert_oracle(warehouse, BASE + GOOD)
 
 
+def test_a_link_leading_outside_the_landing_folder_is_refused(world, tmp_path):
+    landing, warehouse, pipeline = world
+    before = snapshot(warehouse)
+    outside = tmp_path / "elsewhere" / "secret.csv"
+    outside.parent.mkdir()
+    outside.write_bytes(csv_bytes(GOOD))
+    link = landing / "t" / "0001_b.csv"
+    link.symlink_to(outside)
+
+    report = pipeline.run()
+    err = report.rejected
+    assert isinstance(err, InputError) and err.location.path == str(link), report
+    assert f"leads to {outside}, outside the landing folder" in str(err)
+    assert report.applied == []
+    assert_unchanged(before, warehouse)
+
+    # A link that stays inside the landing folder is a file like any other.
+    inside = landing / "t" / "_kept" / "good.csv"
+    inside.parent.mkdir()
+    inside.write_bytes(csv_bytes(GOOD))
+    link.unlink()
+    link.symlink_to(inside)
+    fixed = pipeline.run()
+    assert fixed.rejected is None, str(fixed.rejected)
+    assert_oracle(warehouse, BASE + GOOD)
+
+
 # -- append-only sources refuse delete batches ---------------------------------------------------
 def test_delete_batch_for_append_only_table_is_refused(spark, dirs):
     landing, warehouse = dirs
