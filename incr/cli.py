@@ -107,6 +107,14 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true", help="print what was done as JSON")
     sp.set_defaults(func=cmd_maintain)
 
+    sp = sub.add_parser("archive", help="move the files of batches every view has applied out of "
+                                        "the landing folder (rebuilds read them there)")
+    program_arg(sp)
+    paths(sp)
+    sp.add_argument("--to", type=Path, default=None,
+                    help="the archive folder (default: WAREHOUSE/_incr/<program>/archive)")
+    sp.set_defaults(func=cmd_archive)
+
     sp = sub.add_parser("skip", help="drop a registered batch that no table applied (e.g. a "
                                      "rejected file that will be re-sent under a new name)")
     program_arg(sp)
@@ -330,6 +338,18 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     for u in done:
         if u.files_before != u.files_after:
             print(f"  {u.path}: {u.files_before:,} → {u.files_after:,} files")
+    return 0
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.runtime.pipeline import Pipeline
+
+    compiled = compile_program(args.program)
+    pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
+    to = args.to or pipeline.meta / "archive"
+    moved = pipeline.archive(to)
+    print(f"program {compiled.name}: {len(moved)} applied batch file(s) moved to {to}")
     return 0
 
 

@@ -7,7 +7,9 @@ batch instead of renumbering history.  The ledger is an append-only Delta table 
 * ``register``: a file became batch ``seq`` (with its size, mtime and SHA-256);
 * ``refresh``: a registered file that no table has applied yet was replaced (e.g. a
   rejected file the user fixed) and its fingerprint was updated;
-* ``skip``: an operator dropped a batch that was never applied (``incr skip``).
+* ``skip``: an operator dropped a batch that was never applied (``incr skip``);
+* ``archive``: an applied batch's file was moved out of the landing folder (``incr
+  archive``); the event's ``path`` is where it is now, and rebuilds read it there.
 
 Whether a batch is applied is not recorded here: each Delta table records the batches it
 committed (see :mod:`incr.runtime.store`), which is what makes application exactly-once.
@@ -44,12 +46,21 @@ class Batch:
     size: int
     mtime_ns: int
     sha256: str
+    archived: str | None = None  # where the file was moved by ``incr archive``
 
     def __str__(self) -> str:
         return f"batch {self.seq} ({self.path})"
 
+    def source(self, landing: Path) -> Path:
+        """Where the batch's file is read: its archive once archived (unless it is still in
+        the landing folder, as after an archive interrupted before it removed the file)."""
+        landed = landing / self.path
+        if self.archived is None or landed.is_file():
+            return landed
+        return Path(self.archived)
 
-_EVENT_ORDER = ["register", "refresh", "skip"]
+
+_EVENT_ORDER = ["register", "refresh", "archive", "skip"]
 
 
 class Ledger:
@@ -95,6 +106,8 @@ class Ledger:
             elif row["event"] == "refresh" and seq in live:
                 live[seq] = replace(live[seq], size=row["size"], mtime_ns=row["mtime_ns"],
                                     sha256=row["sha256"])
+            elif row["event"] == "archive" and seq in live:
+                live[seq] = replace(live[seq], archived=row["path"])
             elif row["event"] == "skip":
                 live.pop(seq, None)
         return [live[s] for s in sorted(live)]
@@ -102,7 +115,10 @@ class Ledger:
     def all_paths(self) -> set[str]:
         """Every path ever registered (skipped ones included: they are not re-registered)."""
         events = self._events()
-        return set() if events is None else set(events.column("path").to_pylist())
+        if events is None:
+            return set()
+        registered = events.filter(pc.equal(events["event"], "register"))
+        return set(registered.column("path").to_pylist())
 
     def register(self, landed: list[LandedFile], landing: Path) -> list[Batch]:
         """Registers files not seen before, numbering them after the existing batches."""
@@ -121,6 +137,11 @@ class Ledger:
         updated = replace(batch, size=size, mtime_ns=mtime_ns, sha256=sha256)
         self._append([self._row(updated, "refresh")])
         return updated
+
+    def archive(self, moved: list[tuple[Batch, Path]]) -> None:
+        """Records where applied batches' files were moved (one commit)."""
+        if moved:
+            self._append([self._row(replace(b, path=str(to)), "archive") for b, to in moved])
 
     def skip(self, batch: Batch) -> None:
         """Drops a batch for good (the caller checks nothing applied it)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,6 +114,12 @@ class _Progress:
 
     def index_done(self, batch: Batch) -> bool:
         return batch.table not in self.indexes or self.indexes[batch.table] >= batch.seq
+
+    def applied_everywhere(self, batch: Batch, consumers: list[ViewRuntime]) -> bool:
+        """True when every table that reads ``batch`` committed it (its file is not needed
+        again but to rebuild a view)."""
+        return self.index_done(batch) and all(
+            self.views[v.plan.view] >= batch.seq for v in consumers)
 
     def applied_anywhere(self, batch: Batch, consumers: list[ViewRuntime]) -> bool:
         """True when any table committed ``batch`` (its file may then no longer change)."""
@@ -332,6 +339,42 @@ class Pipeline:
             self.ledger.skip(batch)
             return batch
 
+    def archive(self, to: Path) -> list[Batch]:
+        """Moves the files of batches every table has applied from the landing folder to ``to``.
+
+        Each file keeps its path under ``to`` (``<table>/...``) and the ledger records where
+        it went, so a rebuild reads it there and the landing folder holds only what is still
+        to come.  Safe to interrupt: a file is copied, the ledger records it, and only then
+        is it removed from the landing folder (a rerun finishes the job).  Returns the
+        batches moved.
+        """
+        to = Path(to).resolve()
+        if to.is_relative_to(self.landing.resolve()):
+            raise StorageError(f"the archive {to} must be outside the landing folder {self.landing}")
+        with self._everything():
+            progress = self._progress()
+            moved: list[tuple[Batch, Path]] = []
+            for batch in self.ledger.batches():
+                landed = self.landing / batch.path
+                if not landed.is_file() or not progress.applied_everywhere(batch, self._consumers(batch)):
+                    continue
+                target = to / batch.path
+                if batch.archived is None or Path(batch.archived) != target:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = target.with_name(f".{target.name}.incr-tmp")
+                    shutil.copy2(landed, tmp)
+                    tmp.replace(target)
+                    moved.append((batch, target))
+            self.ledger.archive(moved)
+            done = [b for b, _ in moved]
+            for batch in self.ledger.batches():  # recorded: now the landing copy may go
+                landed = self.landing / batch.path
+                if batch.archived is not None and Path(batch.archived).is_file() and landed.is_file():
+                    st = landed.stat()
+                    if (st.st_size, st.st_mtime_ns) == (batch.size, batch.mtime_ns):  # not a new file
+                        landed.unlink()
+            return done
+
     # -- steps -----------------------------------------------------------------------------------
     def _apply(self, batch: Batch, consumers: list[ViewRuntime], progress: _Progress) -> BatchReport:
         t0 = time.perf_counter()
@@ -352,7 +395,7 @@ class Pipeline:
         return report
 
     def _load(self, batch: Batch, progress: _Progress) -> LoadedBatch:
-        path = self.landing / batch.path
+        path = batch.source(self.landing)
         display = str(path)
         if batch.kind == DELETE and batch.table not in self.indexes:
             raise InputError(f"{batch.table} is declared append-only (header option append_only), "
@@ -386,7 +429,7 @@ class Pipeline:
             index.record_inserts(self.engines, lambda: loaded.df, batch.seq, loaded.arrow)
         else:
             index.record_deletes(self.engines, lambda: loaded.df, batch.seq,
-                                 str(self.landing / batch.path), loaded.arrow)
+                                 str(batch.source(self.landing)), loaded.arrow)
         progress.indexes[batch.table] = batch.seq
         faults.crash_point("index.after_commit", batch.seq)
 
