@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import pytest
 from incr.compiler import compile_program
 from incr.errors import StorageError
 from incr.oracle import diff_answers, oracle_answer
+from incr.runtime.cluster import free_port
 from incr.runtime.report import read_answer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,12 +81,6 @@ from incr.orchestration.dags import program_dags
 globals().update(program_dags(Path({sql!r}), {landing!r}, {warehouse!r}))
 """
 WAIT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -158,8 +152,8 @@ def _environment(root: Path, api_port: int) -> dict[str, str]:
         "AIRFLOW__API_AUTH__JWT_SECRET": "incr-test-only-secret",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "PYTHONPATH": os.pathsep.join([str(root / "hooks"), str(REPO)]),
         "INCR_LOCK_WAIT_S": "0",  # a task that waited on another view's lock would fail: no retry hides it
     })
@@ -180,7 +174,7 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         sql=str(sql), landing=str(s.landing), warehouse=str(s.warehouse)))
     (home / "dags" / "downstream.py").write_text(DOWNSTREAM.format(warehouse=str(s.warehouse),
                                                                    seen=str(s.seen)))
-    env = _environment(root, _free_port())
+    env = _environment(root, free_port())
     migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, cwd=root, check=False,
                              capture_output=True, text=True)
     assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import pytest
 
 from incr.compiler import compile_program
 from incr.oracle import diff_answers
+from incr.runtime.cluster import free_port
 from incr.runtime.pipeline import Pipeline
 from tests.serving.program import BATCHES, NAME, VIEWS, land, oracle, write_program
 
@@ -57,12 +57,6 @@ for batch in range(int(sys.argv[4]), int(sys.argv[5]) + 1):
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -85,7 +79,7 @@ def served(spark, tmp_path_factory):
     for batch in range(FIRST):
         land(landing, batch)
         assert Pipeline(compiled, landing, warehouse, spark=spark).run().rejected is None
-    port = _free_port()
+    port = free_port()
     log = root / "serve.log"
     with log.open("w") as err:
         proc = subprocess.Popen(
