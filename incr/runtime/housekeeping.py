@@ -61,7 +61,7 @@ def maintain(pipeline: Pipeline, config: Settings | None = None) -> list[TableUp
     config = config or settings()
     store = pipeline.store
     out: list[TableUpkeep] = []
-    with pipeline._everything():
+    with pipeline.hold_everything():
         for view in pipeline.views.values():
             if store.exists(view.answer_path):
                 kept = versions_of_last_batches(store, view.answer_path, config.keep_batches)

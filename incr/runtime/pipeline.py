@@ -179,7 +179,7 @@ class Pipeline:
         raise StorageError(f"program {self.compiled.name} has no view {name}; its views: "
                            f"{', '.join(self.views)}")
 
-    def _everything(self) -> contextlib.AbstractContextManager[None]:
+    def hold_everything(self) -> contextlib.AbstractContextManager[None]:
         """Every lock of the program: a whole run or a skip writes anything."""
         return self.locks.hold(ledger=True, indexes=tuple(self.indexes), views=tuple(self.views))
 
@@ -251,7 +251,7 @@ class Pipeline:
         the demo apply one batch at a time this way).
         """
         report = RunReport(self.compiled.name)
-        with self._everything():
+        with self.hold_everything():
             self._check_answer_ownership()
             report.registered = self._register_or_reject(report)
             progress = self._progress()
@@ -329,7 +329,7 @@ class Pipeline:
 
     def skip(self, seq: int) -> Batch:
         """Drops a batch no table has applied (e.g. a bad file the producer will resend)."""
-        with self._everything():
+        with self.hold_everything():
             batch = next((b for b in self.ledger.batches() if b.seq == seq), None)
             if batch is None:
                 raise StorageError(f"program {self.compiled.name} has no live batch {seq}")
@@ -351,7 +351,7 @@ class Pipeline:
         to = Path(to).resolve()
         if to.is_relative_to(self.landing.resolve()):
             raise StorageError(f"the archive {to} must be outside the landing folder {self.landing}")
-        with self._everything():
+        with self.hold_everything():
             progress = self._progress()
             moved: list[tuple[Batch, Path]] = []
             for batch in self.ledger.batches():

@@ -50,6 +50,22 @@ def write_program(folder: Path) -> Path:
     return path
 
 
+def applied_warehouse(spark, root: Path, batches: int) -> tuple[Path, Path, Path]:
+    """The program written into ``root`` and its first ``batches`` batches applied, one run
+    per batch; returns (program file, landing, warehouse)."""
+    from incr.compiler import compile_program
+    from incr.runtime.pipeline import Pipeline
+
+    program = write_program(root)
+    landing, warehouse = root / "landing", root / "warehouse"
+    compiled = compile_program(program)
+    for batch in range(batches):
+        land(landing, batch)
+        report = Pipeline(compiled, landing, warehouse, spark=spark).run()
+        assert report.rejected is None, report.rejected
+    return program, landing, warehouse
+
+
 def land(landing: Path, batch: int) -> None:
     """Lands the file of ``batch`` (names sort in batch order)."""
     table, kind, rows = BATCHES[batch]

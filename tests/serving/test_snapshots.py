@@ -19,7 +19,7 @@ from incr.runtime.pipeline import Pipeline
 from incr.runtime.store import trusted_commits
 from incr.serving.links import LinkFolders
 from incr.serving.snapshots import ProgramLayout, Snapshots
-from tests.serving.program import NAME, VIEWS, land, oracle, write_program
+from tests.serving.program import NAME, VIEWS, applied_warehouse, land, oracle, write_program
 
 APPLIED = 5  # batches 0..4 applied in the module's warehouse
 
@@ -27,15 +27,7 @@ APPLIED = 5  # batches 0..4 applied in the module's warehouse
 @pytest.fixture(scope="module")
 def base(spark, tmp_path_factory):
     """A warehouse with batches 0..4 applied, one at a time (the first publish needs Spark)."""
-    root = tmp_path_factory.mktemp("snapshots")
-    program = write_program(root)
-    landing, warehouse = root / "landing", root / "warehouse"
-    compiled = compile_program(program)
-    for batch in range(APPLIED):
-        land(landing, batch)
-        report = Pipeline(compiled, landing, warehouse, spark=spark).run()
-        assert report.rejected is None, report.rejected
-    return program, landing, warehouse
+    return applied_warehouse(spark, tmp_path_factory.mktemp("snapshots"), APPLIED)
 
 
 @pytest.fixture

@@ -27,11 +27,9 @@ import pyarrow as pa
 import pyspark
 import pytest
 
-from incr.compiler import compile_program
 from incr.oracle import diff_answers
 from incr.runtime.cluster import free_port
-from incr.runtime.pipeline import Pipeline
-from tests.serving.program import BATCHES, NAME, VIEWS, land, oracle, write_program
+from tests.serving.program import BATCHES, NAME, VIEWS, applied_warehouse, oracle
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = Path(pyspark.__file__).parent / "jars"
@@ -73,12 +71,7 @@ def _wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout_s: float)
 def served(spark, tmp_path_factory):
     """Batches 0..2 applied, then ``incr serve`` started on a free port (stopped at the end)."""
     root = tmp_path_factory.mktemp("serve")
-    program = write_program(root)
-    landing, warehouse = root / "landing", root / "warehouse"
-    compiled = compile_program(program)
-    for batch in range(FIRST):
-        land(landing, batch)
-        assert Pipeline(compiled, landing, warehouse, spark=spark).run().rejected is None
+    program, landing, warehouse = applied_warehouse(spark, root, FIRST)
     port = free_port()
     log = root / "serve.log"
     with log.open("w") as err:

@@ -126,9 +126,14 @@ def _standing_correlated(tree: exp.Expr) -> exp.Select | None:
 
 def _reads_outer(node: exp.Expr, select: exp.Select) -> bool:
     """Whether ``node`` (inside ``select``, names qualified) reads a table ``select`` does not hold."""
-    own = {t.alias_or_name.lower() for t in select.find_all(exp.Table)}
-    own |= {s.alias.lower() for s in select.find_all(exp.Subquery) if s.alias}
+    own = _own_names(select)
     return any(c.table and c.table.lower() not in own for c in node.find_all(exp.Column))
+
+
+def _own_names(select: exp.Select) -> set[str]:
+    """The table and derived-table names a query holds (lower case), nested ones included."""
+    own = {t.alias_or_name.lower() for t in select.find_all(exp.Table)}
+    return own | {s.alias.lower() for s in select.find_all(exp.Subquery) if s.alias}
 
 
 def nested(tree: exp.Expr) -> bool:
@@ -189,8 +194,7 @@ def rewrite_not_in(node: exp.Not, program: Program) -> None:
 
 def correlated(sub: exp.Select, program: Program) -> bool:
     """Whether a subquery reads a name from outside it (a guess made before qualification)."""
-    own = {t.alias_or_name.lower() for t in sub.find_all(exp.Table)}
-    own |= {s.alias.lower() for s in sub.find_all(exp.Subquery) if s.alias}
+    own = _own_names(sub)
     columns = {c.name.lower() for t in sub.find_all(exp.Table)
                for decl in [program.table(t.name)] if decl is not None for c in decl.columns}
     for col in sub.find_all(exp.Column):
