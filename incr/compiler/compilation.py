@@ -13,21 +13,43 @@ from incr.compiler.plan import Answer, DiffusionSpec, HQuery, MergeSpec, StateTa
 from incr.compiler.program import Program, TableDecl, ViewDecl
 from incr.compiler.scalar import Scalar
 
+#: A value-count bag: (θ, value) -> number of live copies (MIN/MAX under deletions, COUNT
+#: DISTINCT, VAR/STDDEV under deletions).
+VALUES = "values"
+#: Exact band sums of a floating-point argument: (θ, band) -> exact total (SUM/AVG of a
+#: DOUBLE under deletions; see :mod:`incr.algebra.exact`).
+EXACT = "exact"
+
+
+@dataclass(frozen=True)
+class BagRead:
+    """What an aggregate reads from a per-θ table beside the main state.
+
+    The table is the bag of ``kind`` over ``arg``; ``sql`` is a Spark aggregate over its
+    rows (columns ``value``, ``_n``, ``_total``, and ``_mean`` when ``centered``: the mean
+    of the θ's values, for two-pass moments), pre-computed per θ as column ``name``.
+    """
+
+    kind: str
+    arg: Scalar
+    name: str
+    sql: str
+    centered: bool = False
+
 
 @dataclass(frozen=True)
 class AggState:
     """How one aggregate is kept (monoid inference's answer for it).
 
-    ``values`` are monoid elements in the main state table; ``bag`` names the argument of a
-    value-count bag the aggregate reads instead (MIN/MAX under deletions, COUNT DISTINCT).
-    ``finalize`` computes the SQL result from state columns (``m.<col>`` for the main table,
-    ``b<i>.<agg>`` for a bag), and is the aggregate's share of the answer function a.
+    ``values`` are monoid elements in the main state table; ``bags`` what it reads from
+    per-θ tables beside it (a value-count bag, exact band sums).  ``finalize`` computes the
+    SQL result from state columns (``m.<col>`` for the main table, ``b<i>.<name>`` for a
+    bag), and is the aggregate's share of the answer function a.
     """
 
     name: str
     values: tuple[StateValue, ...]
-    bag: Scalar | None
-    bag_func: str | None
+    bags: tuple[BagRead, ...]
     finalize: Scalar
 
 

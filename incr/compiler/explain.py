@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from incr.algebra.exact import BandSum
 from incr.algebra.monoids import Count, Max, Min, Moments, Sum
 from incr.compiler import CompiledProgram
+from incr.compiler.dialect import SPARK
 from incr.compiler.iterate import (
     apply_dx_sql,
     dx_sql,
@@ -151,6 +153,10 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
         source = hq.source if hq.table.side_of or stage.direct else f"{stage.source}"
         # rows never stored are handed on without a bucket (see render_h)
         sql = plan.h_query(hq.table.name, f"Δ{source}", bucketed=hq.table in stored).sql
+        if hq.table.exact_of is not None and hq.table.value_key is not None:
+            sql = sql.replace(hq.table.value_key.expr.render(SPARK), f"band({hq.table.exact_of})")
+            sql += ("\n-- band(x): x's binary band, CASE comparisons of |x| with 2^(32b) "
+                    "(NaN 64, +Inf 65, -Inf 66)")
         out.append(_section(title(f"h  (Δ → {hq.table.name})"), sql))
     for spec in stage.merge:
         if plan.table(spec.table).side_of is None and plan.table(spec.table) in stored:
@@ -233,7 +239,10 @@ def _schema(table: StateTable, plan: IncrementalPlan, stage: StagePlan) -> str:
     for k in table.keys:
         expr = Scalar.column(k.name) if table.side_of else k.expr  # side keys: joined names
         rows.append(f"{k.name:<14} {infer_type(expr, stage.source, stage.source_columns):<10} key: {k.expr}")
-    if table.value_key is not None:
+    if table.exact_of is not None and table.value_key is not None:
+        rows.append(f"{table.value_key.name:<14} {'INT':<10} key: band of {table.exact_of} "
+                    f"(|x| in [2^(32b), 2^(32b+32)); NaN 64, +Inf 65, -Inf 66)")
+    elif table.value_key is not None:
         vk = table.value_key
         rows.append(f"{vk.name:<14} {infer_type(vk.expr, stage.source, stage.source_columns):<10} "
                     f"key: value of {vk.expr} (bag of live values)")
@@ -251,6 +260,8 @@ def _value_types(v: StateValue, stage: StagePlan) -> tuple[str, ...]:
         return ("BIGINT",)
     if isinstance(v.monoid, Moments):
         return ("BIGINT", "DOUBLE", "DOUBLE")
+    if isinstance(v.monoid, BandSum):
+        return ("DECIMAL(38,0)",)
     arg_type = infer_type(v.arg, stage.source, stage.source_columns) if v.arg else "UNKNOWN"
     if isinstance(v.monoid, Sum) and arg_type in ("INT", "SMALLINT", "TINYINT", "BIGINT"):
         return ("BIGINT",)

@@ -247,7 +247,7 @@ def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Iterat
         tables.append(replace(t, columns=t.columns + cols, append_only=False) if cols else t)
     tables.append(TableDecl(name=name, columns=it.columns, location=view.location))
     step_program = replace(program, tables=tuple(tables))
-    step_view = replace(view, select=step.sql(dialect=dialect), iterate=None)
+    step_view = replace(view, select=step.sql(dialect=dialect), iterate=None, step=True)
     initial, initial_tables = _initial(it.initial, program, dialect, name,
                                        Location(program.path, it.initial_line))
     joined = any(t.name.lower() == name.lower() for t in step.find_all(exp.Table))

@@ -83,6 +83,7 @@ class StateTable:
     vanishes: bool = True  # rows whose count reaches 0 are deleted (not the global row)
     side_of: str | None = None  # join input alias whose rows this table keeps (a side table)
     bucket_keys: tuple[str, ...] | None = None  # columns hashed into _bucket (default: keys)
+    exact_of: Scalar | None = None  # the DOUBLE whose exact sum this table keeps by band
 
     @property
     def bucket_columns(self) -> tuple[str, ...]:
@@ -172,19 +173,24 @@ class DiffusionSpec:
 
 @dataclass(frozen=True)
 class BagAggregate:
-    """An aggregate over a bag's live values: ``func`` is min, max or count."""
+    """An aggregate over a bag's live rows, as Spark SQL over its columns, named ``name``."""
 
     name: str
-    func: str
+    sql: str
 
 
 @dataclass(frozen=True)
 class BagJoin:
-    """A value-count bag joined into the answer by θ, pre-aggregated per θ."""
+    """A per-θ table (value-count bag, exact band sums) joined into the answer by θ.
+
+    It is pre-aggregated per θ; when ``centered``, each row first gets ``_mean``, the mean
+    of its θ's values, so moments are taken in two passes (stable, and exact of history).
+    """
 
     table: str
     alias: str
     aggregates: tuple[BagAggregate, ...]
+    centered: bool = False
 
 
 @dataclass(frozen=True)

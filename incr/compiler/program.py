@@ -103,6 +103,7 @@ class ViewDecl:
     select_line: int = 1  # line of the SELECT's first character in the program file
     select_offset: int = 0  # character offset of the SELECT in the program file
     iterate: IterateDecl | None = None  # set for an iterative view
+    step: bool = False  # an iterative view's STEP, compiled as a view of its own
 
 
 @dataclass(frozen=True)

@@ -276,14 +276,15 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
     live = f" WHERE {plan_live(q(ROW_COUNT))}" if answer.grouped else ""
     sql = f"SELECT {select}\nFROM (SELECT * FROM {views[answer.main]}{live}) AS m"
     for bag in answer.bags:
-        aggs = ", ".join(f"{a.func}({q('value')}) AS {q(a.name)}" for a in bag.aggregates)
+        aggs = ", ".join(f"{a.sql} AS {q(a.name)}" for a in bag.aggregates)
         keys = ", ".join(q(k) for k in answer.keys)
+        rows = _centered(views[bag.table], answer.keys) if bag.centered else views[bag.table]
         if answer.keys:
             on = " AND ".join(f"m.{q(k)} <=> {bag.alias}.{q(k)}" for k in answer.keys)
-            sql += (f"\nLEFT JOIN (SELECT {keys}, {aggs} FROM {views[bag.table]} GROUP BY {keys})"
+            sql += (f"\nLEFT JOIN (SELECT {keys}, {aggs} FROM {rows} GROUP BY {keys})"
                     f" AS {bag.alias} ON {on}")
         else:
-            sql += f"\nCROSS JOIN (SELECT {aggs} FROM {views[bag.table]}) AS {bag.alias}"
+            sql += f"\nCROSS JOIN (SELECT {aggs} FROM {rows}) AS {bag.alias}"
     if answer.explode is not None:
         sql += (f"\nLATERAL VIEW explode(sequence(CAST(1 AS BIGINT), "
                 f"{answer.explode.render(SPARK)})) AS `_copy`")
@@ -345,6 +346,18 @@ def _before(order: tuple[SortKey, ...], x: str, y: str) -> str:
     if not rest:
         return first
     return f"({first} OR ({a} <=> {b} AND {_before(rest, x, y)}))"
+
+
+def _centered(bag: str, keys: tuple[str, ...]) -> str:
+    """A value-count bag's rows, each with ``_mean``: the mean of its θ's live values."""
+    mean = (f"sum({q(ROW_COUNT)} * CAST(`value` AS DOUBLE)) / CAST(sum({q(ROW_COUNT)}) AS DOUBLE) "
+            f"AS `_mean`")
+    if not keys:
+        return f"(SELECT v.*, u.`_mean` FROM {bag} AS v CROSS JOIN (SELECT {mean} FROM {bag}) AS u) AS `_c`"
+    listed = ", ".join(q(k) for k in keys)
+    on = " AND ".join(f"v.{q(k)} <=> u.{q(k)}" for k in keys)
+    return (f"(SELECT v.*, u.`_mean` FROM {bag} AS v JOIN (SELECT {listed}, {mean} FROM {bag} "
+            f"GROUP BY {listed}) AS u ON {on}) AS `_c`")
 
 
 def _sort_key(key: SortKey) -> str:

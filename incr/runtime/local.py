@@ -49,11 +49,14 @@ _ALLOWED = (
     exp.Add, exp.Sub, exp.Mul, exp.Div, exp.SafeDivide, exp.Neg, exp.Abs, exp.Greatest,
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
     exp.And, exp.Or, exp.Not, exp.Is, exp.Case, exp.If, exp.Coalesce,
-    exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt,
-    exp.Cast, exp.TryCast, exp.DataType,
+    exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt, exp.IsNan,
+    exp.Pow,  # only 2^n for an integer n (see _exact_power), exact in both engines
+    exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam,
     # a signed change set as plain rows: LATERAL VIEW explode(sequence(1, abs(_w)))
     exp.Lateral, exp.Explode, exp.GenerateSeries, exp.Unnest,
 )
+_INTEGRAL = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
+             exp.DataType.Type.TINYINT}
 _NUMERIC = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
             exp.DataType.Type.TINYINT, exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT,
             exp.DataType.Type.DECIMAL}
@@ -99,9 +102,35 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             return f"it uses {name}, outside the driver-side set"
         if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in _NUMERIC:
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
+        if isinstance(node, exp.Pow) and not _exact_power(node):
+            return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
+    tree = tree.transform(_truncating_casts)
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
+
+
+def _exact_power(node: exp.Pow) -> bool:
+    """True for ``power(2, CAST(n AS <integer>))``: a power of two, exact in Java and C alike.
+
+    Any other power may differ in its last bit between the JVM and DuckDB's libm.
+    """
+    base, exponent = node.this, node.expression
+    return (isinstance(base, exp.Literal) and not base.is_string and base.this == "2"
+            and isinstance(exponent, (exp.Cast, exp.TryCast)) and exponent.to.this in _INTEGRAL)
+
+
+def _truncating_casts(node: exp.Expr) -> exp.Expr:
+    """A cast to an integer type truncates toward zero, as Spark's does.
+
+    DuckDB's rounds to the nearest (``CAST(2.7 AS INT)`` is 3 there, 2 in Spark), so the
+    operand is truncated first; ``trunc`` keeps integer and DECIMAL operands exact, and one
+    of another type (text) makes DuckDB refuse the query, which then runs in Spark.
+    """
+    if (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this in _INTEGRAL
+            and not isinstance(node.this, (exp.Literal, exp.Null))):
+        node.set("this", exp.Anonymous(this="trunc", expressions=[node.this]))
+    return node
 
 
 class LocalSql:

@@ -56,7 +56,7 @@ def test_a_joined_iterate_gets_a_side_table():
 
 def test_explain_shows_the_step_and_its_state():
     text = explain_program(compile_program(REPO / "sql/examples/kmeans.sql"))
-    assert "view centroids" in text and "sum_x" in text
+    assert "view centroids" in text and "sum_x" in text  # a step keeps DOUBLE monoids
 
 
 def test_the_state_fingerprint_follows_the_iteration():

@@ -59,8 +59,9 @@ def render_infer_monoids(c: Compilation) -> str:
     for state in c.aggregates:
         lines.append(f"{state.name} = {calls[state.name]}")
         lines += [f"  value {v.describe()}" for v in state.values]
-        if state.bag is not None:
-            lines.append(f"  bag {state.bag_func} of the live values of {state.bag}")
+        for read in state.bags:
+            what = ("the live values" if read.kind == "values" else "the exact band sums")
+            lines.append(f"  reads {read.name} = {read.sql} over {what} of {read.arg}")
         lines.append(f"  finalize {state.finalize}")
     return "\n".join(lines)
 

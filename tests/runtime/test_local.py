@@ -115,3 +115,23 @@ def test_a_join_folds_on_the_driver_inserts_and_deletes(spark, tmp_path):
         sources = {t: pa.Table.from_pylist(live[t], schema=pa.schema(
             [("a" if t == "xs" else "b", pa.int64()), ("c", pa.int64())])) for t in live}
         assert diff_answers(oracle_answer(plan.select, sources), answer, ordered=False) is None
+
+
+def test_integer_casts_truncate_as_spark_does(spark):
+    """DuckDB's CAST(2.7 AS BIGINT) is 3, Spark's is 2: the driver-side form truncates first,
+    so a group key or a value cast to an integer is the same on both engines."""
+    sql = ("SELECT CAST(x AS BIGINT) AS b, CAST(x AS INT) AS i, CAST(d AS BIGINT) AS bd, "
+           "CAST(n AS SMALLINT) AS s FROM batch")
+    batch = pa.table({"x": pa.array([2.7, -2.7, 2.5, -0.5, None], pa.float64()),
+                      "d": pa.array(["9.99", "-9.99", "0.50", "1.00", None]).cast(pa.decimal128(5, 2)),
+                      "n": pa.array([1, -2, 3, 4, None], pa.int64())})
+    spark.createDataFrame(batch).createOrReplaceTempView("batch")
+    expected = spark.sql(sql).toArrow()
+    schema = pa.schema([f.with_nullable(True) for f in expected.schema])
+    got = LocalSql().query(sql, {"batch": batch}, schema)
+    assert got is not None and got.equals(expected.cast(schema))
+    assert got["b"].to_pylist() == [2, -2, 2, 0, None]
+    # a power of two with an integral exponent is exact in both engines; any other is Spark's
+    assert prepare("SELECT power(2, CAST(n AS INT)) AS p FROM batch") is not None
+    assert prepare("SELECT power(2, n) AS p FROM batch") is None
+    assert prepare("SELECT power(x, 2) AS p FROM batch") is None

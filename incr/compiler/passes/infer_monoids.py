@@ -11,14 +11,24 @@ COUNT(*)            ``_n`` (count)                               ``_n``
 COUNT(x)            ``cnt_x`` (count)                            ``cnt_x``
 SUM(x)              ``sum_x`` (sum), ``cnt_x`` (count)           NULL when ``cnt_x = 0``
 AVG(x)              ``sum_x``, ``cnt_x``                         ``sum_x / cnt_x``
+SUM/AVG(DOUBLE x)   append-only source: as above                 as above
+                    otherwise: bands (θ, band) → exact total     exact sum (/ ``cnt_x``)
 MIN/MAX(x)          append-only source: ``min_x`` (min/max)      ``min_x``
                     otherwise: bag (θ, x) → count                min/max of live values
 COUNT(DISTINCT x)   bag (θ, x) → count                           number of live values
-VAR_*/STDDEV_*(x)   ``n_x, mean_x, m2_x`` (moments)              ``m2/(n-1)``, ``sqrt``, ...
+VAR_*/STDDEV_*(x)   append-only source: ``n_x, mean_x, m2_x``    ``m2/(n-1)``, ``sqrt``, ...
+                    (moments); otherwise: bag (θ, x) → count     two passes over live values
 ==================  ===========================================  ===============================
 
 MIN and MAX have no inverse, so when the source takes deletions they are answered from a
 value-count bag, which is exact: a value leaves the bag only when its last copy is deleted.
+Floating-point sums and moments have an inverse only on paper: ``(1e16 + 1) - 1e16`` is 0,
+so a DOUBLE state diminished by a deletion keeps the rounding of what left it.  Under
+deletions a SUM/AVG of a DOUBLE is kept as exact integers per binary band
+(:mod:`incr.algebra.exact`; small: a row or two per θ), and VAR/STDDEV are computed from
+the live values in the bag (its size is the number of distinct values per θ).  That holds
+for the view's own stage; a stage feeding another, and an iterative view's step, keep the
+DOUBLE monoids (see :func:`infer_monoids`).
 Identical elements are shared (AVG(x) and SUM(x) keep one ``sum_x``).
 """
 
@@ -27,12 +37,14 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from incr.algebra.exact import value_sql
 from incr.algebra.monoids import Count, Max, Min, Moments, Monoid, Sum
-from incr.compiler.compilation import AggState, Compilation
+from incr.compiler.compilation import EXACT, VALUES, AggState, BagRead, Compilation
 from incr.compiler.dialect import MAIN as MAIN
 from incr.compiler.ir import AggCall, Aggregate
 from incr.compiler.plan import ROW_COUNT, StateValue
 from incr.compiler.scalar import Scalar
+from incr.compiler.types import FLOAT_TYPES, infer_type
 
 
 def infer_monoids(c: Compilation) -> Compilation:
@@ -40,20 +52,44 @@ def infer_monoids(c: Compilation) -> Compilation:
     agg = next(node for node in c.rel.walk() if isinstance(node, Aggregate))
     namer = _Namer()
     namer.used.update(k.name.lower() for k in c.lineage or ())  # θ columns share the table
-    bags: dict[str, int] = {}
+    bags = _Bags()
+    # Only the view's own stage reads its floats from bands and bags.  A stage that feeds
+    # another (a subquery, a grouping set) hands on rows the next stage matches by value, so
+    # its outputs must come out bit for bit the same each time, which a sum over bands or
+    # bag rows in no fixed order does not promise.  An iterative view's step keeps DOUBLE
+    # monoids too: its loop compares answers within TOLERANCE.
+    exact = not c.source.append_only and not c.view.step and not c.stage
     states: list[AggState] = []
     for named in agg.aggs:
-        states.append(_state_for(named.name, named.call, c.source.append_only, namer, bags))
+        arg = named.call.arg
+        floating = arg is not None and infer_type(arg, c.source.name, c.source.columns).name \
+            in FLOAT_TYPES
+        states.append(_state_for(named.name, named.call, c.source.append_only, exact,
+                                 floating, namer, bags))
     return replace(c, aggregates=tuple(states))
 
 
 def bag_alias(index: int) -> str:
-    """Alias of the ``index``-th value-count bag in the answer query."""
+    """Alias of the ``index``-th per-θ table (bag) in the answer query."""
     return f"b{index}"
 
 
-def _state_for(name: str, call: AggCall, append_only: bool, namer: _Namer,
-               bags: dict[str, int]) -> AggState:
+class _Bags:
+    """Numbers the bags a view reads: one per (kind, argument), shared by its aggregates."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, str], int] = {}
+
+    def read(self, kind: str, arg: Scalar, name: str, sql: str,
+             centered: bool = False) -> tuple[BagRead, str]:
+        """The read, and the column reference its finalization uses (``b<i>.<name>``)."""
+        i = self.index.setdefault((kind, arg.sql), len(self.index))
+        return BagRead(kind, arg, name, sql, centered), f"{bag_alias(i)}.{name}"
+
+
+def _state_for(name: str, call: AggCall, append_only: bool, exact: bool, floating: bool,
+               namer: _Namer, bags: _Bags) -> AggState:
+    """``exact``: keep floating-point sums and moments free of the rounding of deletions."""
     func, arg = call.func, call.arg
 
     def value(prefix: str, monoid: Monoid) -> StateValue:
@@ -63,34 +99,53 @@ def _state_for(name: str, call: AggCall, append_only: bool, namer: _Namer,
         return f"{MAIN}.{v.columns[part]}"
 
     if func == "count_star":
-        return AggState(name, (), None, None, Scalar(f"{MAIN}.{ROW_COUNT}"))
+        return AggState(name, (), (), Scalar(f"{MAIN}.{ROW_COUNT}"))
     if func == "count":
         cnt = value("cnt", Count())
-        return AggState(name, (cnt,), None, None, Scalar(col(cnt)))
+        return AggState(name, (cnt,), (), Scalar(col(cnt)))
+    if func in ("sum", "avg") and floating and exact:
+        assert arg is not None
+        cnt = value("cnt", Count())
+        read, ref = bags.read(EXACT, arg, "sum_value", value_sql("`value`", "`_total`"))
+        summed = f"coalesce({ref}, CAST(0 AS DOUBLE))"
+        result = summed if func == "sum" else f"{summed} / {col(cnt)}"
+        return AggState(name, (cnt,), (read,), Scalar(f"CASE WHEN {col(cnt)} > 0 THEN {result} END"))
     if func in ("sum", "avg"):
         total, cnt = value("sum", Sum()), value("cnt", Count())
         result = col(total) if func == "sum" else f"{col(total)} / {col(cnt)}"
-        return AggState(name, (total, cnt), None, None,
+        return AggState(name, (total, cnt), (),
                         Scalar(f"CASE WHEN {col(cnt)} > 0 THEN {result} END"))
     if func in ("min", "max") and append_only:
         ext = value(func, Min() if func == "min" else Max())
-        return AggState(name, (ext,), None, None, Scalar(col(ext)))
+        return AggState(name, (ext,), (), Scalar(col(ext)))
     if func in ("min", "max", "count_distinct"):
         assert arg is not None
-        index = bags.setdefault(arg.sql, len(bags))
         bag_func = {"min": "min", "max": "max", "count_distinct": "count"}[func]
-        ref = f"{bag_alias(index)}.{bag_func}_value"
+        read, ref = bags.read(VALUES, arg, f"{bag_func}_value", f"{bag_func}(`value`)")
         finalize = f"coalesce({ref}, 0)" if func == "count_distinct" else ref
-        return AggState(name, (), arg, bag_func, Scalar(finalize))
+        return AggState(name, (), (read,), Scalar(finalize))
     if func in ("var_samp", "var_pop", "stddev_samp", "stddev_pop"):
-        mom = value("", Moments())
-        n, m2 = col(mom, 0), col(mom, 2)
         sample = func.endswith("samp")
-        divisor = f"({n} - 1)" if sample else n
-        var = f"greatest({m2}, CAST(0 AS DOUBLE)) / {divisor}"
+        if not exact:
+            mom = value("", Moments())
+            n, m2 = col(mom, 0), col(mom, 2)
+            var = f"greatest({m2}, CAST(0 AS DOUBLE)) / {f'({n} - 1)' if sample else n}"
+            reads: tuple[BagRead, ...] = ()
+            values: tuple[StateValue, ...] = (mom,)
+        else:
+            # Under deletions the moments are taken from the live values themselves (two
+            # passes over the bag): a diminished mean keeps the rounding of what left it.
+            assert arg is not None
+            x = "CAST(`value` AS DOUBLE)"
+            n_read, n = bags.read(VALUES, arg, "n_value", "sum(`_n`)", centered=True)
+            m2_read, m2 = bags.read(VALUES, arg, "m2_value",
+                                    f"sum(`_n` * ({x} - `_mean`) * ({x} - `_mean`))",
+                                    centered=True)
+            var = f"{m2} / {f'({n} - 1)' if sample else n}"
+            reads, values = (n_read, m2_read), ()
         if func.startswith("stddev"):
             var = f"sqrt({var})"
-        return AggState(name, (mom,), None, None,
+        return AggState(name, values, reads,
                         Scalar(f"CASE WHEN {n} > {1 if sample else 0} THEN {var} END"))
     raise AssertionError(f"translate let through an unknown aggregate {func}")
 

@@ -6,6 +6,8 @@ monoid elements monoid inference chose: it folds a batch into state rows keyed b
 
 * ``main``: θ, the row count ``_n`` and every main-table element;
 * ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``;
+* ``exact<i>``: one per DOUBLE summed under deletions, keyed by (θ, band) with ``_n`` and
+  the band's exact ``_total`` (:mod:`incr.algebra.exact`);
 * ``side_<alias>``: for a joined stage, one per input: the input's live rows (the columns
   the stage reads) with their counts, bucketed by its join key.  A batch on one input is
   joined with the other inputs' side tables (seed §8.1 leaves this case out: both inputs
@@ -24,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from incr.compiler.compilation import AggState, Compilation
+from incr.algebra.exact import BandSum, band_sql
+from incr.compiler.compilation import EXACT, AggState, BagRead, Compilation
 from incr.compiler.ir import (
     Aggregate,
     Explode,
@@ -52,6 +55,7 @@ from incr.compiler.scalar import Scalar
 
 MAIN_TABLE = "main"
 BAG_VALUE = "value"
+EXACT_TOTAL = "_total"
 
 
 def split_answer(c: Compilation) -> Compilation:
@@ -67,23 +71,21 @@ def split_answer(c: Compilation) -> Compilation:
             if v not in values:
                 values.append(v)
     tables = [StateTable(c.table_name(MAIN_TABLE), c.lineage, tuple(values), vanishes=grouped)]
-    bag_args: list[Scalar] = []
-    bag_funcs: dict[str, list[str]] = {}
-    for state in c.aggregates:
-        if state.bag is not None:
-            assert state.bag_func is not None, "a bag is read by min, max or count"
-            if state.bag not in bag_args:
-                bag_args.append(state.bag)
-            bag_funcs.setdefault(state.bag.sql, [])
-            if state.bag_func not in bag_funcs[state.bag.sql]:
-                bag_funcs[state.bag.sql].append(state.bag_func)
     bags: list[BagJoin] = []
-    for i, arg in enumerate(bag_args):
-        name = c.table_name(f"bag{i}")
-        tables.append(StateTable(name, c.lineage, (ROW_COUNT_VALUE,),
-                                 value_key=Named(BAG_VALUE, arg), vanishes=True))
-        bags.append(BagJoin(name, bag_alias(i), tuple(
-            BagAggregate(f"{f}_value", f) for f in bag_funcs[arg.sql])))
+    for i, (kind, arg, reads) in enumerate(_bag_reads(c.aggregates)):
+        if kind == EXACT:
+            x = Scalar(f"CAST(({arg.sql}) AS DOUBLE)")
+            tables.append(StateTable(
+                c.table_name(f"exact{i}"), c.lineage,
+                (ROW_COUNT_VALUE, StateValue((EXACT_TOTAL,), BandSum(), x)),
+                value_key=Named(BAG_VALUE, Scalar(band_sql(x.sql))), vanishes=True,
+                exact_of=arg))
+        else:
+            tables.append(StateTable(c.table_name(f"bag{i}"), c.lineage, (ROW_COUNT_VALUE,),
+                                     value_key=Named(BAG_VALUE, arg), vanishes=True))
+        bags.append(BagJoin(tables[-1].name, bag_alias(i),
+                            tuple(BagAggregate(r.name, r.sql) for r in reads),
+                            centered=any(r.centered for r in reads)))
 
     buckets = c.program.options.buckets if grouped else 1
     h = [HQuery(t, c.source.name, where, buckets) for t in tables]
@@ -98,6 +100,17 @@ def split_answer(c: Compilation) -> Compilation:
     answer = _answer(c.rel, c.aggregates, dict(c.key_columns), grouped, tuple(bags),
                      tuple(k.name for k in c.lineage), tables[0].name)
     return replace(c, tables=tuple(tables), h=tuple(h), answer=answer)
+
+
+def _bag_reads(aggregates: tuple[AggState, ...]) -> list[tuple[str, Scalar, list[BagRead]]]:
+    """The bags in the order monoid inference numbered them, each with its distinct reads."""
+    found: dict[tuple[str, str], tuple[str, Scalar, list[BagRead]]] = {}
+    for state in aggregates:
+        for read in state.bags:
+            _, _, reads = found.setdefault((read.kind, read.arg.sql), (read.kind, read.arg, []))
+            if all(r.name != read.name for r in reads):
+                reads.append(read)
+    return list(found.values())
 
 
 def _inputs(c: Compilation) -> tuple[JoinInput, ...]:
