@@ -31,6 +31,7 @@ lint: install
 
 soak: install
 	INCR_EQUIV_EXAMPLES=150 $(BIN)/pytest tests/runtime/test_equivalence.py tests/runtime/test_equivalence_nested.py
+	INCR_KILLS=50 $(BIN)/pytest -s tests/runtime/test_sigkill.py
 
 tpch: install
 	$(BIN)/pytest -m slow tests/runtime/test_tpch.py

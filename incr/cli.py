@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incr.config import settings
-from incr.errors import IncrError
+from incr.errors import IncrError, StorageError
 
 if TYPE_CHECKING:
     from incr.serving.snapshots import ProgramLayout
@@ -31,6 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     except IncrError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:
+        if e.errno is None:
+            raise
+        # A full disk or a read-only warehouse met outside the storage adapter's own checks:
+        # what was committed stays (every commit is whole), and the next run goes on from it.
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {e.strerror or e}{where}; the run stopped, and the next run resumes from "
+              f"what it committed", file=sys.stderr)
+        return StorageError.exit_code
     except KeyboardInterrupt:
         return 130
 

@@ -62,6 +62,14 @@ class InputError(IncrError):
     exit_code = 3
 
 
+class OutOfRangeError(InputError):
+    """A batch makes a view's answer hold a value its column's type cannot hold.
+
+    E.g. a SUM of BIGINTs past ±9.2e18: the run stops at that batch, and the view's answer
+    stays as it was.
+    """
+
+
 class StorageError(IncrError):
     """The warehouse (Delta state, answers, ledger) is missing, locked or inconsistent."""
 

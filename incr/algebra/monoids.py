@@ -165,6 +165,22 @@ class Sum(Monoid):
         return (f"{t[0]} - {s[0]}",)
 
 
+class WideSum(Sum):
+    """A sum of integers, kept as DECIMAL(38,0) rather than in the argument's type.
+
+    A BIGINT state would wrap silently past ±9.2e18 when two MERGEs add up (delta-rs's MERGE
+    does not check), and deletions may take a sum through such values on the way to an
+    answer that fits.  DECIMAL(38,0) is exact to ±10^38, where DuckDB's HUGEINT sum agrees;
+    the answer casts back to BIGINT, so only an answer that does not fit BIGINT is refused.
+    """
+
+    name = "wide-sum(+)"
+
+    @override
+    def spark_fold(self, arg: str | None) -> tuple[str, ...]:
+        return (f"CAST(coalesce(sum(CAST({arg} AS DECIMAL(38,0))), 0) AS DECIMAL(38,0))",)
+
+
 class _Extremum(Monoid):
     """MIN or MAX with NULL as the identity; no inverse (deletions need a value-count bag)."""
 

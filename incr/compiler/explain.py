@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from incr.algebra.exact import BandSum
-from incr.algebra.monoids import Count, Max, Min, Moments, Sum
+from incr.algebra.monoids import Count, Max, Min, Moments, Sum, WideSum
 from incr.compiler import CompiledProgram
 from incr.compiler.dialect import SPARK
 from incr.compiler.iterate import (
@@ -260,7 +260,7 @@ def _value_types(v: StateValue, stage: StagePlan) -> tuple[str, ...]:
         return ("BIGINT",)
     if isinstance(v.monoid, Moments):
         return ("BIGINT", "DOUBLE", "DOUBLE")
-    if isinstance(v.monoid, BandSum):
+    if isinstance(v.monoid, (BandSum, WideSum)):
         return ("DECIMAL(38,0)",)
     arg_type = infer_type(v.arg, stage.source, stage.source_columns) if v.arg else "UNKNOWN"
     if isinstance(v.monoid, Sum) and arg_type in ("INT", "SMALLINT", "TINYINT", "BIGINT"):

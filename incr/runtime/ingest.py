@@ -8,7 +8,12 @@ coerced silently: a CSV value ``1.5`` in a BIGINT column is an error, not 1.
   re-scanned in Python to find the first bad line and say why.  An empty unquoted field is
   NULL; a quoted empty field is the empty string.
 * JSON lines are parsed with Python's json module, one object per line; a missing key is
-  NULL, an undeclared key is an error.
+  NULL.
+
+Schema drift: a column (or JSON key) the file has and the table does not declare is ignored,
+with a warning naming the file and the columns, so an upstream that adds a column does not
+stop the pipeline (declare it in CREATE TABLE to use it).  A declared column missing from the
+file, or of another type, rejects the batch: it would change the answers.
 * Parquet is read by Spark directly after pyarrow checked its schema (footer only); a file
   column may be narrower than declared (INTEGER into BIGINT, FLOAT into DOUBLE).
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+import logging
 import re
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -42,6 +48,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from incr.runtime.engine import Engines
+
+log = logging.getLogger("incr.runtime")
 
 ROW = "_row"
 TRUE_VALUES = ["true", "True", "TRUE", "1"]
@@ -221,6 +229,7 @@ def _decimal_problem(value: Decimal, t: SqlType) -> str | None:
 def _json(table: TableDecl, path: Path, display: str) -> pa.Table:
     names = {c.name.lower(): c for c in table.columns}
     columns: dict[str, list[Any]] = {c.name: [] for c in table.columns}
+    extra: dict[str, None] = {}  # undeclared keys, in order of appearance
     try:
         fh = path.open(encoding="utf-8")
     except OSError as e:
@@ -243,9 +252,8 @@ def _json(table: TableDecl, path: Path, display: str) -> pa.Table:
                 for key, value in obj.items():
                     col = names.get(key.lower())
                     if col is None:
-                        raise InputError(f"row {row_no} has key {key!r}, which is not a column of "
-                                         f"{table.name} ({', '.join(c.name for c in table.columns)})",
-                                         Location(display, line_no))
+                        extra.setdefault(key, None)
+                        continue
                     seen.add(col.name)
                     try:
                         columns[col.name].append(_json_value(value, col.type))
@@ -257,6 +265,7 @@ def _json(table: TableDecl, path: Path, display: str) -> pa.Table:
                         columns[col.name].append(None)
         except UnicodeDecodeError as e:
             raise InputError(f"the file is not UTF-8 text ({e.reason})", Location(display)) from e
+    _ignored(table, display, list(extra))
     return pa.table(columns, schema=_nullable_schema(table.columns))
 
 
@@ -446,17 +455,19 @@ def _match_columns(table: TableDecl, names: list[str], display: str,
         lower[n.lower()] = n
     declared = {c.name.lower() for c in table.columns}
     missing = [c.name for c in table.columns if c.name.lower() not in lower]
-    extra = [n for n in names if n.lower() not in declared]
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing column(s) {', '.join(missing)}")
-        if extra:
-            parts.append(f"unexpected column(s) {', '.join(extra)}")
-        raise InputError(f"{'; '.join(parts)}: {table.name} is declared as "
+    if missing:
+        raise InputError(f"missing column(s) {', '.join(missing)}: {table.name} is declared as "
                          f"({', '.join(f'{c.name} {c.type}' for c in table.columns)})",
                          Location(display, line))
+    _ignored(table, display, [n for n in names if n.lower() not in declared])
     return {c.name: lower[c.name.lower()] for c in table.columns}
+
+
+def _ignored(table: TableDecl, display: str, extra: list[str]) -> None:
+    """Warns that a file's undeclared columns are left out (schema drift upstream)."""
+    if extra:
+        log.warning("%s: column(s) %s are not declared for %s and are ignored; declare them in "
+                    "CREATE TABLE %s to use them", display, ", ".join(extra), table.name, table.name)
 
 
 @per_engine("NOT NULL check", DRIVER)

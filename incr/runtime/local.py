@@ -104,7 +104,7 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
         if isinstance(node, exp.Pow) and not _exact_power(node):
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
-    tree = tree.transform(_truncating_casts)
+    tree = tree.transform(_strict_casts).transform(_truncating_casts)
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
@@ -118,6 +118,18 @@ def _exact_power(node: exp.Pow) -> bool:
     base, exponent = node.this, node.expression
     return (isinstance(base, exp.Literal) and not base.is_string and base.this == "2"
             and isinstance(exponent, (exp.Cast, exp.TryCast)) and exponent.to.this in _INTEGRAL)
+
+
+def _strict_casts(node: exp.Expr) -> exp.Expr:
+    """``CAST`` fails on a value that does not fit, as in Spark with ANSI arithmetic.
+
+    sqlglot reads Spark's ``CAST`` as a TRY_CAST (Spark's non-ANSI rule: NULL when it does
+    not fit), so DuckDB would answer NULL where Spark raises; only a written ``try_cast``
+    (``safe``) stays one.  DuckDB's error sends the query to Spark, which then raises.
+    """
+    if isinstance(node, exp.TryCast) and not node.args.get("safe"):
+        return exp.Cast(this=node.this, to=node.to)
+    return node
 
 
 def _truncating_casts(node: exp.Expr) -> exp.Expr:

@@ -18,6 +18,35 @@ from pathlib import Path
 from incr.errors import StorageError
 
 _POLL_S = 0.05
+_PID_WIDTH = 32
+_HOLDER_WAIT_S = 0.5
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as ``pid N``, for the message of a process that cannot take it.
+
+    The holder writes its pid just after taking the lock, so for a moment the file still
+    names the previous holder (maybe dead); that is read again until it names a live process.
+    """
+    deadline = time.monotonic() + _HOLDER_WAIT_S
+    while True:
+        text = os.pread(fd, _PID_WIDTH, 0).decode(errors="replace").strip()
+        pid = text.removeprefix("pid ")
+        if pid.isdigit() and _alive(int(pid)):
+            return text
+        if time.monotonic() >= deadline:
+            return "another process (its pid is not recorded yet)"
+        time.sleep(_POLL_S)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 @contextlib.contextmanager
@@ -27,8 +56,12 @@ def locked(path: Path, what: str, wait_s: float = 0.0) -> Iterator[None]:
     Waits up to ``wait_s`` seconds for another holder (0: fails at once), then raises a
     StorageError naming the holder (its pid) and the lock file.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise StorageError(f"cannot take the lock of {what}: {e.strerror} ({path}); incr needs to "
+                           f"write in the warehouse") from e
     try:
         deadline = time.monotonic() + wait_s
         while True:
@@ -37,13 +70,14 @@ def locked(path: Path, what: str, wait_s: float = 0.0) -> Iterator[None]:
                 break
             except BlockingIOError as e:
                 if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                    holder = _holder(fd)
                     waited = f" (waited {wait_s:g} s)" if wait_s else ""
                     raise StorageError(f"{what} is being updated by {holder}{waited}; wait for it to "
                                        f"finish (lock file {path})") from e
                 time.sleep(_POLL_S)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}".encode(), 0)
+        # One write of a fixed width: a reader never sees the file empty or half-written.
+        os.pwrite(fd, f"pid {os.getpid()}".ljust(_PID_WIDTH).encode(), 0)
+        os.ftruncate(fd, _PID_WIDTH)
         yield
     finally:
         os.close(fd)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 from incr.compiler import CompiledProgram
 from incr.compiler.program import TableDecl
 from incr.config import Settings
-from incr.errors import InputError, Location, StorageError
+from incr.errors import InputError, Location, OutOfRangeError, StorageError
 from incr.runtime import faults
 from incr.runtime.engine import Engines, log
 from incr.runtime.ingest import LoadedBatch, load_batch
@@ -445,7 +446,18 @@ class Pipeline:
 
         out = []
         for v in views:
-            m = v.apply(batch.seq, batch.kind, batch.table, name, loaded.arrow, register)
+            try:
+                m = v.apply(batch.seq, batch.kind, batch.table, name, loaded.arrow, register)
+            except Exception as e:
+                overflow = _overflow(e)
+                if overflow is None:
+                    raise
+                raise OutOfRangeError(
+                    f"view {v.plan.view} cannot take this batch: {overflow}. Its state holds sums "
+                    f"of integers exactly (as DECIMAL(38,0)), but a value of its answer does not "
+                    f"fit the column's type; widen it in the query, e.g. "
+                    f"SUM(CAST(v AS DECIMAL(38,0))). The view's answer stays as it was",
+                    Location(str(batch.source(self.landing)))) from e
             m.rows_in = loaded.rows
             stages = "" if len(m.stages) < 2 else "; stages " + ", ".join(
                 f"{name} {s:.3f}" for name, s in m.stages.items())
@@ -474,3 +486,18 @@ class Pipeline:
                                     "path": rejected.path} if rejected else None}
         with (self.meta / "runs.jsonl").open("a") as fh:
             fh.write(json.dumps(entry, default=str) + "\n")
+
+
+def _overflow(e: Exception) -> str | None:
+    """Spark's message when ``e`` is its arithmetic overflow error (ANSI), else None.
+
+    The driver-side engine hands such a query to Spark, so Spark's error is the one raised.
+    PySpark is only looked at when loaded: a run that never started Spark raised no error of it.
+    """
+    if "pyspark.errors" not in sys.modules:
+        return None
+    from pyspark.errors import ArithmeticException
+
+    if not isinstance(e, ArithmeticException):
+        return None
+    return str(e).splitlines()[0].split(" Use `try_", 1)[0].split(" If necessary", 1)[0].rstrip(". ")

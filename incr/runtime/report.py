@@ -9,7 +9,7 @@ import pyarrow as pa
 from deltalake.exceptions import DeltaError
 
 from incr.compiler.plan import IncrementalPlan
-from incr.errors import StorageError
+from incr.errors import OutOfRangeError, StorageError
 from incr.runtime.store import APP_ID, DeltaStore, commit_batches, trusted_commits
 
 
@@ -25,7 +25,10 @@ def describe_run(report) -> str:
                      + (f"; {views}" if views else ""))
     if report.rejected is not None:
         where = report.rejected_batch or (report.rejected.location or "a landed file")
-        lines.append(f"  stopped at {where}: rejected, nothing of it was applied")
+        if isinstance(report.rejected, OutOfRangeError):
+            lines.append(f"  stopped at {where}: a value out of range; the answers stay as they were")
+        else:
+            lines.append(f"  stopped at {where}: rejected, nothing of it was applied")
     return "\n".join(lines)
 
 

@@ -40,6 +40,9 @@ DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
+    # ANSI arithmetic: an overflow or a cast that does not fit is an error, never a wrapped
+    # number or a NULL; the driver-side engine follows the same rule (incr.runtime.local).
+    "spark.sql.ansi.enabled": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "4g",
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",

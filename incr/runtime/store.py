@@ -41,7 +41,7 @@ import pyarrow.fs as pa_fs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, TableFeatures, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from incr.compiler.plan import BUCKET
@@ -315,7 +315,7 @@ class DeltaStore:
                 target_file_size=target_file_size,
                 commit_properties=_commit(batch, metadata))
         except DeltaError as e:
-            raise StorageError(f"writing the Delta table at {path} failed: {e}") from e
+            raise _failed(f"writing the Delta table at {path}", path, e) from e
 
     def is_empty(self, path: str | Path) -> bool:
         """True when the table holds no data file (no rows)."""
@@ -426,8 +426,7 @@ class DeltaStore:
         except DeltaError as e:
             # The moved files are referenced by no version, and a full vacuum deletes them;
             # not here: a commit that landed and failed after (say in its checkpoint) needs them.
-            raise StorageError(f"committing the files Spark wrote to the Delta table at {path} "
-                               f"failed: {e}") from e
+            raise _failed(f"committing the files Spark wrote to the Delta table at {path}", path, e) from e
         return rows
 
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
@@ -572,7 +571,7 @@ class Merge:
             try:
                 raw = builder.execute()
             except DeltaError as e:
-                raise StorageError(f"MERGE into {self._path} failed: {e}") from e
+                raise _failed(f"MERGE into {self._path}", self._path, e) from e
             metrics = MergeMetrics(
                 self._batch, raw.get("num_source_rows", 0), raw.get("num_target_rows_inserted", 0),
                 raw.get("num_target_rows_updated", 0), raw.get("num_target_rows_deleted", 0),
@@ -791,6 +790,22 @@ def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_size, st.st_mtime_ns
+
+
+def _failed(what: str, path: str | Path, e: DeltaError) -> StorageError:
+    """The error for a write delta-rs refused; a commit conflict says what to do about it.
+
+    A conflict means another writer committed to the table since this write read it: only
+    incr's own runs write its tables (and they lock each other out), so it is an outside
+    job (an OPTIMIZE, a schema change, a stray append).  Nothing of this write was
+    committed, so the next run redoes it from the table as it is then.
+    """
+    if isinstance(e, CommitFailedError):
+        return StorageError(f"{what} failed: another writer committed to {path} meanwhile (Delta "
+                            f"commit conflict: {str(e).splitlines()[0]}). Nothing of this write was "
+                            f"committed; run again once that writer is done, and let no job but incr "
+                            f"write incr's tables")
+    return StorageError(f"{what} failed: {e}")
 
 
 def _commit(batch: int | None, metadata: Mapping[str, str] | None) -> CommitProperties:

@@ -38,13 +38,13 @@ import re
 from dataclasses import replace
 
 from incr.algebra.exact import value_sql
-from incr.algebra.monoids import Count, Max, Min, Moments, Monoid, Sum
+from incr.algebra.monoids import Count, Max, Min, Moments, Monoid, Sum, WideSum
 from incr.compiler.compilation import EXACT, VALUES, AggState, BagRead, Compilation
 from incr.compiler.dialect import MAIN as MAIN
 from incr.compiler.ir import AggCall, Aggregate
 from incr.compiler.plan import ROW_COUNT, StateValue
 from incr.compiler.scalar import Scalar
-from incr.compiler.types import FLOAT_TYPES, infer_type
+from incr.compiler.types import FLOAT_TYPES, INTEGER_TYPES, infer_type
 
 
 def infer_monoids(c: Compilation) -> Compilation:
@@ -62,10 +62,9 @@ def infer_monoids(c: Compilation) -> Compilation:
     states: list[AggState] = []
     for named in agg.aggs:
         arg = named.call.arg
-        floating = arg is not None and infer_type(arg, c.source.name, c.source.columns).name \
-            in FLOAT_TYPES
+        arg_type = infer_type(arg, c.source.name, c.source.columns).name if arg is not None else None
         states.append(_state_for(named.name, named.call, c.source.append_only, exact,
-                                 floating, namer, bags))
+                                 arg_type, namer, bags))
     return replace(c, aggregates=tuple(states))
 
 
@@ -87,10 +86,15 @@ class _Bags:
         return BagRead(kind, arg, name, sql, centered), f"{bag_alias(i)}.{name}"
 
 
-def _state_for(name: str, call: AggCall, append_only: bool, exact: bool, floating: bool,
+def _state_for(name: str, call: AggCall, append_only: bool, exact: bool, arg_type: str | None,
                namer: _Namer, bags: _Bags) -> AggState:
-    """``exact``: keep floating-point sums and moments free of the rounding of deletions."""
+    """``exact``: keep floating-point sums and moments free of the rounding of deletions.
+
+    Sums of integers are kept wide (:class:`WideSum`) and cast back to BIGINT by the answer
+    (AVG divides them as DOUBLE), so the answer's types are those of a plain SUM.
+    """
     func, arg = call.func, call.arg
+    floating, integral = arg_type in FLOAT_TYPES, arg_type in INTEGER_TYPES | {"INT"}
 
     def value(prefix: str, monoid: Monoid) -> StateValue:
         return namer.value(prefix, monoid, arg)
@@ -111,8 +115,11 @@ def _state_for(name: str, call: AggCall, append_only: bool, exact: bool, floatin
         result = summed if func == "sum" else f"{summed} / {col(cnt)}"
         return AggState(name, (cnt,), (read,), Scalar(f"CASE WHEN {col(cnt)} > 0 THEN {result} END"))
     if func in ("sum", "avg"):
-        total, cnt = value("sum", Sum()), value("cnt", Count())
-        result = col(total) if func == "sum" else f"{col(total)} / {col(cnt)}"
+        total, cnt = value("sum", WideSum() if integral else Sum()), value("cnt", Count())
+        summed = col(total)
+        if integral:
+            summed = f"CAST({summed} AS {'BIGINT' if func == 'sum' else 'DOUBLE'})"
+        result = summed if func == "sum" else f"{summed} / {col(cnt)}"
         return AggState(name, (total, cnt), (),
                         Scalar(f"CASE WHEN {col(cnt)} > 0 THEN {result} END"))
     if func in ("min", "max") and append_only:
