@@ -67,9 +67,10 @@ def live_dataframe(spark: SparkSession, compiled: CompiledProgram, landing: Path
         else:
             ins = df if ins is None else ins.unionByName(df)
     if ins is None:
+        from incr.runtime.session import arrow_frame
         from incr.runtime.types import arrow_schema
 
-        ins = spark.createDataFrame(arrow_schema(decl.columns).empty_table())
+        ins = arrow_frame(spark, arrow_schema(decl.columns).empty_table())
     return ins.exceptAll(dels) if dels is not None else ins
 
 

@@ -100,6 +100,14 @@ def on_loopback(master: str) -> bool:
                for part in hosts.rstrip("/").split(","))
 
 
+def arrow_frame(spark: SparkSession, data: pa.Table) -> DataFrame:
+    """``data`` as a DataFrame of the same types: a timestamp without zone stays TIMESTAMP_NTZ
+    (``createDataFrame`` alone makes it a timestamp with the session's zone)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return spark.createDataFrame(data, schema=from_arrow_schema(data.schema, prefer_timestamp_ntz=True))
+
+
 def read_delta(spark: SparkSession, store: DeltaStore, path: str,
                buckets: Iterable[int] | None = None) -> DataFrame:
     """A DataFrame over the current version of the Delta table at ``path`` (only the files
@@ -107,9 +115,10 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
     from pyspark.sql.pandas.types import from_arrow_schema
 
     snapshot = store.snapshot(path, buckets)
+    # A timestamp without zone stays one (TIMESTAMP_NTZ): PySpark's default reads it with zone.
+    schema = from_arrow_schema(snapshot.schema, prefer_timestamp_ntz=True)
     if not snapshot.files:
-        return spark.createDataFrame(snapshot.schema.empty_table())
-    schema = from_arrow_schema(snapshot.schema)
+        return spark.createDataFrame(snapshot.schema.empty_table(), schema=schema)
     return (spark.read.schema(schema).option("basePath", snapshot.root)
             .parquet(*snapshot.files).select(*[f.name for f in snapshot.schema]))
 
@@ -287,7 +296,7 @@ class SparkEngine(Engine):
         return name
 
     def table(self, name: str, data: pa.Table) -> str:
-        return self.frame(name, self.spark.createDataFrame(data))
+        return self.frame(name, arrow_frame(self.spark, data))
 
     def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
               matching: Mapping[str, pa.Array] | None = None) -> str:

@@ -135,7 +135,7 @@ class SparkCatalog:
             self.spark.sql(f"DROP TABLE IF EXISTS {name}")
             self.spark.catalog.createTable(
                 name, path=str(folder.resolve()), source="parquet",
-                schema=from_arrow_schema(answer.schema),
+                schema=from_arrow_schema(answer.schema, prefer_timestamp_ntz=True),
                 description=(f"answer of view {answer.view} (program {snapshot.program}) at batch "
                              f"{snapshot.batch}: Delta version {answer.version}"))
         return database

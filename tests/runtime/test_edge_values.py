@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from incr.compiler import compile_text
 from incr.errors import OutOfRangeError
@@ -81,29 +82,30 @@ def test_edge_values_equal_duckdb_after_every_batch(spark, tmp_path, local_rows)
         for plan in compiled.plans:
             answer, at = read_answer(warehouse, plan)
             assert at == seq
-            # The instants are compared; their type is the known defect xfailed below.
-            diff = diff_answers(_utc(oracle_answer(plan.select, {"t": source})), answer)
+            diff = diff_answers(oracle_answer(plan.select, {"t": source}), answer)
             assert diff is None, f"batch {seq}, view {plan.view}: {diff}"
 
 
-def _utc(table: pa.Table) -> pa.Table:
-    """DuckDB's TIMESTAMP columns (no zone) as UTC instants, as incr's answers hold them."""
-    return pa.table([c.cast(pa.timestamp("us", "UTC")) if pa.types.is_timestamp(c.type) else c
-                     for c in table.columns], names=table.column_names)
-
-
-@pytest.mark.xfail(strict=True, reason="known defect (issue 17): a TIMESTAMP column reaches the "
-                   "state and answer tables as a timestamp with zone UTC (same instants), where "
-                   "DuckDB's TIMESTAMP has none; BI tools may show it shifted to their zone")
-def test_a_timestamp_answer_column_has_no_zone(spark, tmp_path):
+@pytest.mark.parametrize("local_rows", [200_000, 0], ids=["driver", "spark"])
+def test_a_timestamp_column_keeps_no_zone_in_state_and_answer(spark, tmp_path, local_rows):
+    """DuckDB's TIMESTAMP has no zone, nor may incr's: a zone (UTC) would make BI tools show
+    the values shifted to their own zone.  (PySpark makes Arrow timestamps without zone
+    TIMESTAMP with the session's zone unless told otherwise: this was a defect.)"""
     compiled = compile_text("CREATE TABLE t (g VARCHAR, ts TIMESTAMP);\n"
                             "CREATE VIEW a AS SELECT g, MIN(ts) AS lo FROM t GROUP BY g;",
                             path="ts.sql", name="ts")
     (tmp_path / "landing" / "t").mkdir(parents=True)
     (tmp_path / "landing" / "t" / "0001.csv").write_text("g,ts\na,2020-01-01 00:00:00\n")
-    Pipeline(compiled, tmp_path / "landing", tmp_path / "warehouse", spark=spark).run()
+    Pipeline(compiled, tmp_path / "landing", tmp_path / "warehouse", spark=spark,
+             local_rows=local_rows).run()
     answer, _ = read_answer(tmp_path / "warehouse", compiled.plans[0])
     assert answer.schema.field("lo").type == pa.timestamp("us")
+    assert answer.column("lo").to_pylist() == [dt.datetime(2020, 1, 1)]
+    tables = list((tmp_path / "warehouse" / "state" / "a").glob("*/*"))
+    assert tables
+    for table in tables:
+        types = [str(f.type) for f in DeltaTable(str(table)).schema().fields]
+        assert 'PrimitiveType("timestamp")' not in types, (table, types)
 
 
 def _same(a: dict, b: dict) -> bool:
