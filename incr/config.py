@@ -25,6 +25,8 @@ the environment.
 | INCR_KEEP_BATCHES       | 100       | housekeeping keeps the answer versions of this many last batches  |
 | INCR_KEEP_HOURS         | 168       | ... and every answer version of this many last hours (time travel) |
 | INCR_MAINTAIN_EVERY_H   | 24        | hours between two housekeepings a DAG run does (``incr maintain``) |
+| INCR_RETRIES            | 2         | how often Airflow retries a failed or killed task of a DAG        |
+| INCR_RETRY_DELAY_S      | 30        | seconds Airflow waits before retrying it                          |
 | INCR_CRASH_AT           | (none)    | tests only: kill the process at a named point (:mod:`faults`)     |
 """
 
@@ -82,6 +84,8 @@ class Settings:
     keep_batches: int = field(default=100, metadata={"env": "INCR_KEEP_BATCHES"})
     keep_hours: float = field(default=168.0, metadata={"env": "INCR_KEEP_HOURS"})
     maintain_every_h: float = field(default=24.0, metadata={"env": "INCR_MAINTAIN_EVERY_H"})
+    retries: int = field(default=2, metadata={"env": "INCR_RETRIES"})
+    retry_delay_s: float = field(default=30.0, metadata={"env": "INCR_RETRY_DELAY_S"})
     crash_at: str | None = field(default=None, metadata={"env": "INCR_CRASH_AT"})
 
     @classmethod

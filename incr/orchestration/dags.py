@@ -113,13 +113,15 @@ def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
     text = program.read_text(encoding="utf-8")
     views = view_names(text)
     hook = functools.partial(on_failure, hook=header_option(text, "on_failure"))
+    config = settings()
 
     @dag(dag_id=f"incr_{name}", schedule=_schedule(text, landing), start_date=dt.datetime(2026, 1, 1),
          catchup=False, max_active_runs=1, tags=["incr"],
          doc_md=f"Maintains the views of `{program.name}` incrementally (incr).",
          params={"landing": Param(landing, type="string"),
                  "warehouse": Param(warehouse, type="string")},
-         default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=30),
+         default_args={"retries": config.retries,
+                       "retry_delay": dt.timedelta(seconds=config.retry_delay_s),
                        "on_failure_callback": hook})
     def maintain():
         @task(multiple_outputs=True)

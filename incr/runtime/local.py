@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -187,6 +188,7 @@ class LocalSql:
             out = pa.table([result[f.name].cast(f.type) for f in schema], schema=schema)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
             raise NotLocal(f"a value does not fit the table's types ({str(e)[:120]})") from e
+        _check_precision(out)
         if prepared.bucket is not None:
             # Hashed after the cast: Spark hashes its own types (an INT and a BIGINT of the
             # same value hash differently), and DuckDB may have widened a key expression.
@@ -199,6 +201,25 @@ class LocalSql:
             out = out.set_column(index, schema.field(index), values.cast(schema.field(index).type))
         self.queries += 1
         return out
+
+
+def _check_precision(table: pa.Table) -> None:
+    """Raises NotLocal if a DECIMAL value has more digits than its column's precision.
+
+    DuckDB sums DECIMALs in 128 bits without checking the declared precision (a DECIMAL(38,2)
+    sum may hold 39 digits), and Arrow's cast to the same type checks nothing; Spark (ANSI)
+    refuses such a value, and its refusal is the one incr gives, on either engine.
+    """
+    import pyarrow.compute as pc
+
+    for field in table.schema:
+        if not pa.types.is_decimal(field.type) or table[field.name].null_count == len(table):
+            continue
+        bounds = pc.min_max(table[field.name])
+        limit = Decimal(f"1e{field.type.precision - field.type.scale}")
+        if any(v.as_py() is not None and abs(v.as_py()) >= limit for v in bounds.values()):
+            raise NotLocal(f"a value of {field.name} has more digits than DECIMAL"
+                           f"({field.type.precision},{field.type.scale}) holds")
 
 
 class DriverEngine(Engine):

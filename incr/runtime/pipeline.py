@@ -453,10 +453,11 @@ class Pipeline:
                 if overflow is None:
                     raise
                 raise OutOfRangeError(
-                    f"view {v.plan.view} cannot take this batch: {overflow}. Its state holds sums "
-                    f"of integers exactly (as DECIMAL(38,0)), but a value of its answer does not "
-                    f"fit the column's type; widen it in the query, e.g. "
-                    f"SUM(CAST(v AS DECIMAL(38,0))). The view's answer stays as it was",
+                    f"view {v.plan.view} cannot take this batch: {overflow}. A value of the view "
+                    f"does not fit its column's type (a BIGINT holds up to 2^63-1, a DECIMAL 38 "
+                    f"digits, its scale included); widen it in the query: an integer sum as "
+                    f"SUM(CAST(v AS DECIMAL(38,0))), a DECIMAL one with fewer decimal places "
+                    f"(CAST(d AS DECIMAL(38,0))) or as DOUBLE. The view's answer stays as it was",
                     Location(str(batch.source(self.landing)))) from e
             m.rows_in = loaded.rows
             stages = "" if len(m.stages) < 2 else "; stages " + ", ".join(
@@ -489,11 +490,13 @@ class Pipeline:
 
 
 def _overflow(e: Exception) -> str | None:
-    """Spark's message when ``e`` is its arithmetic overflow error (ANSI), else None.
+    """What overflowed when ``e`` is Spark's arithmetic overflow error (ANSI) or a MERGE's, else None.
 
     The driver-side engine hands such a query to Spark, so Spark's error is the one raised.
     PySpark is only looked at when loaded: a run that never started Spark raised no error of it.
     """
+    if isinstance(e, OutOfRangeError):  # a MERGE's sum left its 128 bits
+        return str(e)
     if "pyspark.errors" not in sys.modules:
         return None
     from pyspark.errors import ArithmeticException

@@ -46,7 +46,7 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from incr.compiler.plan import BUCKET
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
-from incr.errors import StorageError
+from incr.errors import OutOfRangeError, StorageError
 
 APP_ID = "incr"
 #: Commit metadata naming the batch a commit belongs to (answer tables carry it).
@@ -571,6 +571,9 @@ class Merge:
             try:
                 raw = builder.execute()
             except DeltaError as e:
+                if "Arithmetic overflow" in str(e):  # a combined sum left its 128 bits
+                    raise OutOfRangeError(f"a value combined by the MERGE into {self._path} does not "
+                                          f"fit its column ({str(e).splitlines()[0]})") from e
                 raise _failed(f"MERGE into {self._path}", self._path, e) from e
             metrics = MergeMetrics(
                 self._batch, raw.get("num_source_rows", 0), raw.get("num_target_rows_inserted", 0),

@@ -7,6 +7,11 @@ the landing folders' Asset watchers fire in the triggerer, the runs they start a
 against the DuckDB oracle, the answers' Asset events start a downstream DAG, a rejected
 batch fails the run naming its file and calls the program's failure hook, and any task that
 needed a retry fails the test.
+
+A second program (the kill tests' four views over two tables) has its task processes
+SIGKILLed at random moments while the scheduler runs them: Airflow retries each killed task,
+every answer a reader opens meanwhile equals the oracle as of a whole batch, and in the end
+every batch is applied exactly once.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -33,6 +39,7 @@ from incr.errors import StorageError
 from incr.oracle import diff_answers, oracle_answer
 from incr.runtime.cluster import free_port
 from incr.runtime.report import read_answer
+from tests.runtime import killing
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -95,6 +102,8 @@ class Stack:
     hooks_out: Path
     seen: Path
     logs: dict[str, Path]
+    #: the killed program's file, landing and warehouse (its DAG is ``incr_killed``)
+    killed: tuple[Path, Path, Path]
 
     def query(self, sql: str, *args: Any) -> list[tuple]:
         """Rows of Airflow's metadata DB (read-only, so the components are never blocked)."""
@@ -156,6 +165,10 @@ def _environment(root: Path, api_port: int) -> dict[str, str]:
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "PYTHONPATH": os.pathsep.join([str(root / "hooks"), str(REPO)]),
         "INCR_LOCK_WAIT_S": "0",  # a task that waited on another view's lock would fail: no retry hides it
+        # A killed task is retried a second later; batches of a few hundred rows take Spark.
+        "INCR_RETRY_DELAY_S": "1",
+        "INCR_LOCAL_ROWS": str(killing.LOCAL_ROWS),
+        "INCR_SPARK_CONF": "spark.sql.shuffle.partitions=2,spark.driver.memory=1g",
     })
     return env
 
@@ -163,12 +176,16 @@ def _environment(root: Path, api_port: int) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("airflow-stack")
-    home, sql = root / "home", root / "sql"
-    for folder in (home / "dags", sql, root / "hooks", root / "hooks_out", root / "seen"):
+    home, sql, sql_killed = root / "home", root / "sql", root / "sql-killed"
+    for folder in (home / "dags", sql, sql_killed, root / "hooks", root / "hooks_out", root / "seen"):
         folder.mkdir(parents=True)
     s = Stack(root, home / "airflow.db", sql / "games.sql", root / "landing", root / "warehouse",
-              root / "hooks_out", root / "seen", {})
+              root / "hooks_out", root / "seen", {},
+              (sql_killed / "killed.sql", root / "landing-killed", root / "warehouse-killed"))
     s.program.write_text(PROGRAM)
+    s.killed[0].write_text(killing.PROGRAM)
+    (home / "dags" / "incr_killed.py").write_text(PROGRAM_DAG.format(
+        sql=str(sql_killed), landing=str(s.killed[1]), warehouse=str(s.killed[2])))
     (root / "hooks" / "incr_test_hooks.py").write_text(HOOKS.format(out=str(s.hooks_out)))
     (home / "dags" / "incr_games.py").write_text(PROGRAM_DAG.format(
         sql=str(sql), landing=str(s.landing), warehouse=str(s.warehouse)))
@@ -233,7 +250,8 @@ def test_landed_files_start_runs_that_match_the_oracle_under_a_real_scheduler(st
     s = stack
     s.wait("the DAGs to be parsed and the landing watchers to start",
            lambda: len(s.query("SELECT dag_id FROM dag WHERE dag_id IN ('incr_games', 'downstream')")) == 2
-           and len(s.query("SELECT id FROM trigger WHERE classpath LIKE '%LandedFilesTrigger'")) == 2)
+           # e and f of this program, s and t of the killed one
+           and len(s.query("SELECT id FROM trigger WHERE classpath LIKE '%LandedFilesTrigger'")) == 4)
     assert s.runs("incr_games") == [], "a run started before any file landed"
 
     # 1. A landed file starts a run; the views equal the oracle; only e's views publish.
@@ -291,5 +309,100 @@ def test_landed_files_start_runs_that_match_the_oracle_under_a_real_scheduler(st
     _check_answers(s, {"e": e, "f": f})
 
     # No task anywhere needed a second try.
-    retried = s.query("SELECT dag_id, run_id, task_id, try_number FROM task_instance WHERE try_number > 1")
+    retried = s.query("SELECT dag_id, run_id, task_id, try_number FROM task_instance "
+                      "WHERE dag_id = 'incr_games' AND try_number > 1")
     assert retried == [], retried
+
+
+def _running_tasks(s: Stack) -> list[tuple[str, str, int, int]]:
+    """(run_id, task_id, pid, try_number) of the killed program's running task processes."""
+    return s.query("SELECT run_id, task_id, pid, try_number FROM task_instance WHERE dag_id = 'incr_killed' "
+                   "AND state = 'running' AND pid IS NOT NULL")
+
+
+def _kind(task_id: str) -> str:
+    return "apply" if task_id.startswith("apply_") else task_id
+
+
+def _typical_duration(s: Stack, kind: str) -> float:
+    """How long the killed program's finished tasks of ``kind`` ran (the median), 3 s at first."""
+    rows = s.query("SELECT task_id, duration FROM task_instance WHERE dag_id = 'incr_killed' "
+                   "AND state = 'success' AND duration IS NOT NULL")
+    took = sorted(d for task, d in rows if _kind(task) == kind)
+    return took[len(took) // 2] if took else 3.0  # the median: a Spark-sized batch's task is rare
+
+
+def _quiet(s: Stack, stream: killing.Stream) -> bool:
+    """Every run of the killed program finished, and every landed file is registered."""
+    runs = s.runs("incr_killed")
+    if not runs or any(r[2] not in ("success", "failed") for r in runs):
+        return False
+    return len(killing.ledger_batches(s.killed[2], "killed")) == len(stream.files)
+
+
+def test_task_processes_killed_under_the_scheduler_are_retried_and_apply_each_batch_once(stack: Stack):
+    """SIGKILL of a running task's process (prepare or a view's task), at a moment drawn
+    uniformly from that kind of task's duration, while Airflow runs the DAG."""
+    s = stack
+    program, landing, warehouse = s.killed
+    compiled = compile_program(program)
+    rng = random.Random(int(os.environ.get("INCR_KILL_SEED", "7")) + 3)
+    stream = killing.Stream(landing, killing.SCHEMAS)
+    wanted = max(2, int(os.environ.get("INCR_KILLS", "4")) // 2)
+
+    stream.land("s", "insert", killing.random_rows(rng, "s", 50))
+    stream.land("t", "insert", killing.random_rows(rng, "t", 25))
+    s.wait("the first run of the killed program", lambda: _quiet(s, stream))
+    killing.check_answers(compiled, warehouse, stream, "after the first run")
+
+    kills: list[tuple[str, str, int]] = []
+    rounds = 0
+    while len(kills) < wanted and rounds < 5 * wanted:
+        killing.land_some(rng, stream, large=rounds % 3 == 1)
+        rounds += 1
+        # A task of the kind drawn for this round is killed at a random moment of its run
+        # (prepare in a third of the rounds, a view's task in the others); one that ends
+        # before its moment is let be, and the next one seen running is tried.
+        kind = rng.choice(("prepare", "apply", "apply"))
+        deadline = time.monotonic() + WAIT_S
+        victim = None
+        while victim is None and time.monotonic() < deadline and not _quiet(s, stream):
+            fresh = [t for t in _running_tasks(s) if _kind(t[1]) == kind and (t[0], t[1], t[3]) not in kills]
+            if not fresh:
+                time.sleep(0.1)
+                continue
+            seen = rng.choice(fresh)
+            time.sleep(rng.uniform(0.0, _typical_duration(s, kind)))
+            if seen in _running_tasks(s):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(seen[2], signal.SIGKILL)
+                    victim = seen
+                    kills.append((seen[0], seen[1], seen[3]))
+        if victim is not None:  # else no task of that kind ran long enough this round
+            killing.check_answers(compiled, warehouse, stream, f"round {rounds}, {victim[1]} killed")
+        s.wait(f"round {rounds}'s runs", lambda: _quiet(s, stream))
+        killing.check_answers(compiled, warehouse, stream, f"after round {rounds}")
+
+    # Every killed task was retried, no run failed, every batch applied exactly once.
+    s.wait("the last runs", lambda: _quiet(s, stream))
+    runs = s.runs("incr_killed")
+    assert all(r[2] == "success" for r in runs), (runs, s.tail())
+    seen = killing.check_answers(compiled, warehouse, stream, "after the last run")
+    batches = killing.ledger_batches(warehouse, "killed")
+    last_of = {t: max(seq for rel, seq in batches.items() if stream.files[rel][0] == t)
+               for t in killing.SCHEMAS}
+    for plan in compiled.plans:
+        assert seen[plan.view] == max(last_of[src.lower()] for src in plan.sources), plan.view
+    # Every killed task ended well: retried, or (killed in the instant after it had told
+    # Airflow its outcome, as a task that found nothing new and skipped) as it had ended.
+    retried = 0
+    for run_id, task_id, tries in kills:
+        after = s.query("SELECT state, try_number FROM task_instance WHERE dag_id = 'incr_killed' "
+                        "AND run_id = ? AND task_id = ?", run_id, task_id)
+        assert after and after[0][0] in ("success", "skipped"), (task_id, after)
+        retried += after[0][1] > tries
+    print(f"\nunder the scheduler: {len(kills)} task processes killed in {rounds} rounds "
+          f"({sorted(_kind(t) for _, t, _ in kills)}), {retried} retried by Airflow, {len(runs)} runs, "
+          f"{len(batches)} batches; 0 inconsistent reads, 0 lost or doubled batches")
+    assert len(kills) >= wanted, f"only {len(kills)} of {wanted} task processes were killed"
+    assert retried, "no killed task was retried: the kills came too late to test anything"

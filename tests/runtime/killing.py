@@ -26,9 +26,10 @@ import pyarrow.parquet as pq
 
 from incr.compiler import CompiledProgram
 from incr.oracle import diff_answers, oracle_answer
+from incr.runtime.housekeeping import versions_of_last_batches
 from incr.runtime.ledger import Ledger
 from incr.runtime.report import read_answer
-from incr.runtime.store import DeltaStore
+from incr.runtime.store import DeltaStore, commit_batches
 
 #: Batches of more rows than this take Spark in the killed processes.
 LOCAL_ROWS = 300
@@ -66,6 +67,25 @@ def random_rows(rng: random.Random, table: str, n: int) -> list[dict]:
              "x": rng.randrange(-400, 4000) / 4} for _ in range(n)]
 
 
+def land_some(rng: random.Random, stream: Stream, large: bool) -> int:
+    """Lands one or two batches (inserts, or deletes of live rows), the first of
+    ``large`` (Spark) size if asked; returns their rows."""
+    landed = 0
+    for _ in range(rng.choice((1, 1, 2))):
+        table = rng.choice(("s", "s", "t"))
+        live = stream.live.get(table, [])
+        n = rng.randrange(LOCAL_ROWS + 50, 3 * LOCAL_ROWS) if large else rng.randrange(1, 40)
+        if live and rng.random() < 0.3:
+            rows = rng.sample(live, min(len(live) // 3 + 1, n))
+            stream.land(table, "delete", rows, parquet=large)
+        else:
+            rows = random_rows(rng, table, n)
+            stream.land(table, "insert", rows, parquet=large)
+        landed += len(rows)
+        large = False  # at most one large batch a round
+    return landed
+
+
 # The DAG's task bodies, run as the processes Airflow starts for them.
 _PREPARE = """
 import sys
@@ -86,6 +106,12 @@ def run_argv(program: Path, landing: Path, warehouse: Path) -> list[str]:
     """``incr run`` of ``program``."""
     return [sys.executable, "-m", "incr.cli", "run", str(program), "--landing", str(landing),
             "--warehouse", str(warehouse)]
+
+
+def maintain_argv(program: Path, landing: Path, warehouse: Path, keep_batches: int) -> list[str]:
+    """``incr maintain`` of ``program`` keeping the last ``keep_batches`` batches' answers only."""
+    return [sys.executable, "-m", "incr.cli", "maintain", str(program), "--landing", str(landing),
+            "--warehouse", str(warehouse), "--keep-batches", str(keep_batches), "--keep-hours", "0"]
 
 
 def prepare_argv(program: Path, landing: Path, warehouse: Path) -> list[str]:
@@ -186,6 +212,27 @@ def check_answers(compiled: CompiledProgram, warehouse: Path, stream: Stream,
         diff = diff_answers(expected, answer, ordered=plan.ordered)
         assert diff is None, f"{context}: {plan.view} as of batch {at}: {diff}"
     return seen
+
+
+def check_window(compiled: CompiledProgram, warehouse: Path, stream: Stream, keep: int,
+                 context: str) -> int:
+    """Every answer version housekeeping kept for the last ``keep`` batches (time travel)
+    equals the oracle as of its batch; returns how many batches' answers were read."""
+    store = DeltaStore()
+    batches = ledger_batches(warehouse, compiled.name)
+    read = 0
+    for plan in compiled.plans:
+        path = warehouse / "answers" / plan.view
+        if not store.exists(path):
+            continue
+        kept = set(versions_of_last_batches(store, path, keep))
+        for b in sorted({b for v, b in commit_batches(path, 0, store.table(path).version()) if v in kept}):
+            answer, _ = read_answer(warehouse, plan, b)
+            diff = diff_answers(oracle_answer(plan.select, stream.as_of(batches, b)), answer,
+                                ordered=plan.ordered)
+            assert diff is None, f"{context}: {plan.view}'s kept answer of batch {b}: {diff}"
+            read += 1
+    return read
 
 
 @dataclass

@@ -3,8 +3,9 @@
 NaN, ±Inf and −0.0 as measures and as group keys; an empty, a unicode and a 1 MB string key;
 BIGINT sums up to 2^63 − 1 (their state is DECIMAL(38,0), so no MERGE wraps); a DECIMAL(38,2)
 sum of 36 digits; timestamps at 0001-01-01 and 9999-12-31 23:59:59.999999.  A sum whose
-answer leaves BIGINT is not wrapped or turned into NULL: the batch stops the run with a
-message that says how to widen the column, and the answer stays as it was.
+answer leaves BIGINT, or a DECIMAL(38,2) sum past 36 digits before the point, is not wrapped,
+truncated or turned into NULL: the batch stops the run with a message that says how to widen
+the column, and the answer stays as it was.
 """
 
 from __future__ import annotations
@@ -146,3 +147,36 @@ def test_a_sum_leaving_bigint_stops_the_run_and_keeps_the_answer(spark, tmp_path
     answer, at = read_answer(warehouse, widened.plans[0])
     assert at == 2
     assert {r["g"]: r["sv"] for r in answer.to_pylist()} == {"a": 3 * BIG, "b": 3}
+
+
+@pytest.mark.parametrize("local_rows", [200_000, 0], ids=["driver", "spark"])
+@pytest.mark.parametrize("past", ["precision", "128 bits", "one batch"])
+def test_a_decimal_sum_past_38_digits_stops_the_run_and_keeps_the_answer(spark, tmp_path, local_rows, past):
+    """DECIMAL(38,2) holds 36 digits before the point.  A sum past them is refused on both
+    engines, whether the state's MERGE makes it (still inside 128 bits, where DuckDB keeps a
+    39-digit value in its DECIMAL(38,2) that no BI tool can read, or past them) or a batch's
+    own rows do."""
+    compiled = compile_text("CREATE TABLE t (g VARCHAR, d DECIMAL(38,2));\n"
+                            "CREATE VIEW s AS SELECT g, SUM(d) AS sd, COUNT(*) AS n FROM t GROUP BY g;",
+                            path="dec.sql", name="dec")
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    schema = pa.schema([("g", pa.string()), ("d", pa.decimal128(38, 2))])
+    # The first batch is applied; the second overflows: 6e35 + 6e35 has 37 digits before the
+    # point; 2 x (10^36 - 0.01) is past 2^127 hundredths; two rows of 6e35 overflow in h.
+    big = {"precision": Decimal("6e35"), "128 bits": Decimal("9" * 36 + ".99"),
+           "one batch": Decimal(1)}[past]
+    second = [Decimal("6e35")] * 2 if past == "one batch" else [big]
+    (landing / "t").mkdir(parents=True)
+    for seq, values in enumerate(([big], second)):
+        rows = [{"g": "a", "d": d} for d in values] + [{"g": "b", "d": Decimal(seq)}]
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), landing / "t" / f"{seq:04d}.parquet")
+        report = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows).run()
+        answer, at = read_answer(warehouse, compiled.plans[0])
+        if seq == 0:
+            assert report.rejected is None, str(report.rejected)
+            continue
+        assert isinstance(report.rejected, OutOfRangeError), report.rejected
+        message = str(report.rejected)
+        assert "0001.parquet" in message and "view s" in message and "DECIMAL 38" in message, message
+        assert at == 0 and sorted(answer.to_pylist(), key=str) == [
+            {"g": "a", "sd": big, "n": 1}, {"g": "b", "sd": Decimal(0), "n": 1}], "the answer changed"

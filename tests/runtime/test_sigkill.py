@@ -8,7 +8,10 @@ moment drawn uniformly from a run's expected duration, and the next run resumes.
 every kill, every answer table a reader opens must equal the DuckDB oracle as of the whole
 batch it says it reflects; after the last resume, every answer equals the oracle over all
 batches and the ledger numbers each file exactly once.  A kill also leaves its lock files
-naming the dead process: the next run must take them over, not refuse.
+naming the dead process: the next run must take them over, not refuse.  Housekeeping
+(``incr maintain`` keeping two batches of time travel, itself killed half the time) runs
+between the batches: every answer version it kept must still read as the oracle as of its
+batch, and the runs after it resume what the killed ones left.
 
 ``INCR_KILLS`` sets the number of kills (``make test`` runs a handful, ``make soak`` 50);
 ``INCR_KILL_SEED`` the data's seed (the kill moments differ from run to run anyway).  Each
@@ -26,15 +29,17 @@ import pytest
 
 from incr.compiler import compile_program
 from tests.runtime.killing import (
-    LOCAL_ROWS,
     PROGRAM,
     SCHEMAS,
     Killer,
     Stream,
     apply_argv,
     check_answers,
+    check_window,
     kill_env,
+    land_some,
     ledger_batches,
+    maintain_argv,
     prepare_argv,
     random_rows,
     run_argv,
@@ -43,24 +48,6 @@ from tests.runtime.killing import (
 REPO = Path(__file__).resolve().parents[2]
 KILLS = int(os.environ.get("INCR_KILLS", "4"))
 SEED = int(os.environ.get("INCR_KILL_SEED", "7"))
-
-
-def _land_some(rng: random.Random, stream: Stream, large: bool) -> int:
-    """Lands one or two batches (inserts, or deletes of live rows); returns their rows."""
-    landed = 0
-    for _ in range(rng.choice((1, 1, 2))):
-        table = rng.choice(("s", "s", "t"))
-        live = stream.live.get(table, [])
-        n = rng.randrange(LOCAL_ROWS + 50, 3 * LOCAL_ROWS) if large else rng.randrange(1, 40)
-        if live and rng.random() < 0.3:
-            rows = rng.sample(live, min(len(live) // 3 + 1, n))
-            stream.land(table, "delete", rows, parquet=large)
-        else:
-            rows = random_rows(rng, table, n)
-            stream.land(table, "insert", rows, parquet=large)
-        landed += len(rows)
-        large = False  # at most one large batch a round
-    return landed
 
 
 def _lock_holders(warehouse: Path, program: str) -> set[str]:
@@ -77,7 +64,9 @@ def test_random_sigkills_leave_whole_batches_and_resume_exactly_once(tmp_path):
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     stream = Stream(landing, SCHEMAS)
     argv, env = run_argv(program, landing, warehouse), kill_env()
-    killer = Killer(rng)
+    killer, upkeep = Killer(rng), Killer(rng)
+    housekeeping = maintain_argv(program, landing, warehouse, keep_batches=2)
+    kept_reads = 0
 
     # The first batches of both tables, applied whole: the baseline duration of a run.
     stream.land("s", "insert", random_rows(rng, "s", 60))
@@ -89,7 +78,7 @@ def test_random_sigkills_leave_whole_batches_and_resume_exactly_once(tmp_path):
     while killer.kills < KILLS and rounds < 3 * KILLS:
         large = rounds % 3 == 0  # the first killed round, and every third, has a Spark-sized batch
         large_batches += large
-        _land_some(rng, stream, large)
+        land_some(rng, stream, large)
         holders_before = _lock_holders(warehouse, compiled.name)
         # Every fourth run is left to finish: it drains what the killed ones left pending and
         # keeps the expected duration (the range the kill moments are drawn from) current.
@@ -99,6 +88,11 @@ def test_random_sigkills_leave_whole_batches_and_resume_exactly_once(tmp_path):
         check_answers(compiled, warehouse, stream, context)
         if killed and _lock_holders(warehouse, compiled.name) - holders_before:
             stale_locks += 1  # the dead run had taken a lock: the next run must take it over
+        if rounds % 4 == 2:  # housekeeping between batches, after a killed run as often as not
+            upkeep.run(housekeeping, env, kill=rng.random() < 0.5)
+            context = f"after housekeeping in round {rounds} (seed {SEED})"
+            check_answers(compiled, warehouse, stream, context)
+            kept_reads += check_window(compiled, warehouse, stream, 2, context)
 
     # The last resume, not killed: everything applied exactly once.
     assert killer.run(argv, env, kill=False) is not None
@@ -110,7 +104,9 @@ def test_random_sigkills_leave_whole_batches_and_resume_exactly_once(tmp_path):
         assert seen[plan.view] == max(last_of[s.lower()] for s in plan.sources), plan.view
     print(f"\nSIGKILL soak: {killer.kills} kills in {rounds} rounds, {killer.finished} runs finished, "
           f"{len(batches)} batches ({large_batches} rounds with a Spark-sized batch), "
-          f"{stale_locks} kills left lock files naming a dead pid; 0 inconsistent reads, "
+          f"{stale_locks} kills left lock files naming a dead pid; {upkeep.finished + upkeep.kills} "
+          f"housekeepings between them ({upkeep.kills} killed), {kept_reads} kept answer versions "
+          f"read as of their batch; 0 inconsistent reads, "
           f"0 lost or doubled batches; finished runs took {[round(d, 1) for d in killer.durations]} s")
     assert killer.kills >= KILLS, f"only {killer.kills} of {KILLS} runs were killed in {rounds} rounds"
 
@@ -148,7 +144,7 @@ def test_random_sigkills_inside_the_dags_tasks(tmp_path):
     rounds = 0
     while ((preparing.kills + applying.kills < wanted or not preparing.kills or not applying.kills)
            and rounds < 6 * wanted):
-        _land_some(rng, stream, large=rounds % 3 == 1)
+        land_some(rng, stream, large=rounds % 3 == 1)
         dag_run(kill=rounds % 4 != 3)  # every fourth DAG run finishes (see above)
         rounds += 1
     dag_run(kill=False)
