@@ -11,6 +11,10 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): requirements.lock pyproject.toml
 	@command -v java >/dev/null 2>&1 || { echo "error: Java 17 is required for Spark (e.g. apt-get install openjdk-17-jre-headless)"; exit 1; }
+	# incr serve compiles its read-only guard (a Spark extension) with the JDK's javac.
+	@command -v javac >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+	  && apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless >/dev/null; } \
+	  || { echo "error: a JDK 17 (javac) is required by incr serve (apt-get install openjdk-17-jdk-headless)"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# pyspark is a source archive built on first install (a few minutes); pip caches the wheel.

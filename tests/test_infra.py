@@ -456,7 +456,7 @@ def check_dockerfiles(d: Deployment, f: Facts) -> list[str]:
             ignore_file = d.root / context / ".dockerignore"
         ignore = ignore_file.read_text() if ignore_file.is_file() else None
         instructions = _dockerfile_instructions(text)
-        javas = set(re.findall(r"openjdk-(\d+)-jre", text))
+        javas = set(re.findall(r"openjdk-(\d+)-j(?:re|dk)", text))
         if javas != {f.java}:
             problems.append(f"{path}: installs Java {sorted(javas)}, the Makefile requires {f.java}")
         installs = [shlex.split(m.group(1).split("&&")[0])
@@ -776,7 +776,7 @@ BROKEN = [
     ("built image tag", "compose", "image: incr:0.1.0", "image: incr:latest", check_images, "incr's version"),
     ("missing Dockerfile", "compose", "dockerfile: infra/Dockerfile", "dockerfile: infra/Dockerfil",
      check_images, "does not exist"),
-    ("other Java", _DOCKERFILE, "openjdk-17-jre", "openjdk-21-jre", check_dockerfiles, "Makefile requires"),
+    ("other Java", _DOCKERFILE, "openjdk-17-jdk", "openjdk-21-jdk", check_dockerfiles, "Makefile requires"),
     ("not the Makefile's install", _DOCKERFILE, "--no-deps -e .", "-e .", check_dockerfiles,
      "--no-deps -e .`"),
     ("missing COPY source", _DOCKERFILE, "COPY incr/ incr/", "COPY incr2/ incr/", check_dockerfiles,

@@ -15,15 +15,18 @@ seconds, for each program served,
    once unused for :data:`~incr.config.SERVE_GRACE_S` seconds, so queries already planned
    over them finish.
 
-Every poll also checks that the databases are as registered and puts back what a BI user's
-DDL changed (a dropped database or table, a table moved elsewhere, a view altered by hand):
-the catalog is the server's, rebuilt from the warehouse, and no DDL a client runs through it
-reaches the warehouse's files.
+Every poll also checks that the databases are as registered and puts back anything found
+changed (a dropped database or table, a table moved elsewhere, a view altered): the catalog
+is the server's, rebuilt from the warehouse.
 
-What is *not* enforced: the endpoint has no authorization of its own.  A connected client
-may run any Spark SQL the server's OS user may, DDL and writes included (say ``INSERT
-OVERWRITE DIRECTORY``), so that user should have read-only access to the warehouse and the
-endpoint should face only trusted BI service accounts.  Authentication is HiveServer2's:
+Clients only read: the read-only guard (:mod:`~incr.serving.guard`, a Spark session
+extension) refuses, after analysis and before anything runs, every statement of a client's
+session that is not a read of the served folders (DDL, writes, ``INSERT OVERWRITE
+DIRECTORY``, ``ADD JAR``, ``TRANSFORM``, ``reflect``, files read from elsewhere); SHOW,
+DESCRIBE, EXPLAIN, USE and SET work.  The server's own session is the only one trusted.
+There are no per-user grants: every authenticated client may read every served answer, so
+the server's OS user should still have read-only access to the warehouse (defence in
+depth), and the endpoint face BI service accounts.  Authentication is HiveServer2's:
 ``NONE`` (any user name, no password) by default, on 127.0.0.1; LDAP, Kerberos or a
 custom provider are set with ``hive.server2.authentication`` and its sibling settings,
 passed as ``spark.hadoop.hive.server2.*`` Spark settings.
@@ -47,6 +50,7 @@ from incr.config import SERVE_GRACE_S
 from incr.errors import IncrError
 from incr.runtime.store import DeltaStore
 from incr.serving.catalog import SparkCatalog, database_name, pinned_name
+from incr.serving.guard import arm, build_guard, guard_conf
 from incr.serving.links import LinkFolders
 from incr.serving.snapshots import ProgramLayout, ProgramSnapshot, Snapshots
 
@@ -107,15 +111,20 @@ def spark_conf(options: ServeOptions) -> dict[str, str]:
     """The Spark settings of the serving session.
 
     The in-memory catalog (the server rebuilds it from the warehouse; no metastore to keep),
-    HiveServer2's address, and Spark's warehouse folder (where a BI user's ``CREATE TABLE``
-    would write), Hive's scratch folders and Derby's log inside the work folder (not the
-    current folder or /tmp).  ``options.conf`` comes
-    last and wins.
+    HiveServer2's address, and Spark's warehouse folder, Hive's scratch folders and Derby's
+    log inside the work folder (not the current folder or /tmp).  ``options.conf`` comes
+    after these and wins, but the read-only guard's settings come last (extensions asked
+    for in ``options.conf`` are kept beside it).
     """
     from incr.runtime.session import DEFAULTS
 
     work = options.work.resolve()
     java = DEFAULTS["spark.driver.extraJavaOptions"] + f" -Dderby.stream.error.file={work / 'derby.log'}"
+    return {**_settings(options, work, java),
+            **guard_conf(work / "guard", options.conf.get("spark.sql.extensions"))}
+
+
+def _settings(options: ServeOptions, work: Path, java: str) -> dict[str, str]:
     return {
         "spark.sql.catalogImplementation": "in-memory",
         "spark.hadoop.hive.server2.thrift.bind.host": options.host,
@@ -198,7 +207,9 @@ class BiServer:
         self._clear()
         for folder in HIVE_FOLDERS.values():
             (self.options.work / "hive" / folder).mkdir(parents=True, exist_ok=True)
+        build_guard(self.options.work / "guard")
         self.spark = spark_session(None, spark_conf(self.options))
+        arm(self.spark, [self.warehouse, self.options.work])
         self.catalog = SparkCatalog(self.spark, self.links)
         self.refresh_safely()
         jvm = self.spark.sparkContext._jvm

@@ -94,14 +94,20 @@ def served(spark, tmp_path_factory):
     assert not (warehouse / "_serving" / str(port) / "versions").exists()
 
 
-def _beeline(port: int, statements: list[str], timeout_s: float = 180) -> str:
-    """Runs ``statements`` in one Beeline session; returns its CSV output."""
+def _beeline(port: int, statements: list[str], timeout_s: float = 180, past_errors: bool = False) -> str:
+    """Runs ``statements`` in one Beeline session; returns its CSV output.
+
+    ``past_errors``: go on after a failed statement, and return the errors too (Beeline
+    prints one ``Error: ...`` line for each).
+    """
     script = "\n".join(f"{s};" for s in statements) + "\n"
     result = subprocess.run(
         ["java", "-cp", f"{JARS}/*", "org.apache.hive.beeline.BeeLine",
          "-u", f"jdbc:hive2://127.0.0.1:{port}/", "-n", "bi", "--outputformat=csv2",
-         "--silent=true", "--showHeader=true", "-f", "/dev/stdin"],
+         "--silent=true", "--showHeader=true", f"--force={str(past_errors).lower()}", "-f", "/dev/stdin"],
         input=script, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if past_errors:
+        return result.stdout + result.stderr
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -213,20 +219,57 @@ def test_clients_read_whole_snapshots_while_batches_apply(served):
     assert int(reads["glob"][1][0][0]) > oracle("by_region", LAST).num_rows
 
 
-def test_a_clients_ddl_is_undone_and_cannot_reach_the_warehouse(served):
+def test_the_endpoint_is_read_only_for_clients(served, tmp_path):
+    """A BI user reads, shows and describes; nothing else runs (the check happens after
+    analysis, before execution): no DDL, no write anywhere, no program or Java method
+    run, no file read outside the served folders."""
     port, log = served["port"], served["log"]
     answers = served["warehouse"] / "answers"
     before = sorted(p.name for p in (answers / "returned").iterdir())
     shown = int(re.findall(r"database shop shows batch (\d+) ", log.read_text())[-1])
-    _beeline(port, [f"DROP TABLE shop_b{shown}.returned",
-                    "ALTER VIEW shop.returned AS SELECT 1 AS n, 2 AS total"])
-    _wait_for(log, rf"restored database shop \(batch {shown}\)", served["proc"], 30)
-    _wait_for(log, rf"repaired shop_b{shown}", served["proc"], 30)
-    reads = _reads(_beeline(port, _tagged("latest", "SELECT * FROM shop.returned")
-                            + _tagged("pinned", f"SELECT * FROM shop_b{shown}.returned")))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not for BI\n")
+    refused = [
+        f"DROP TABLE shop_b{shown}.returned",
+        "ALTER VIEW shop.returned AS SELECT 1 AS n, 2 AS total",
+        "DROP DATABASE shop CASCADE",
+        "CREATE TABLE mine (n INT) USING parquet",
+        "CREATE TEMPORARY VIEW mine AS SELECT 1 AS n",
+        f"INSERT OVERWRITE DIRECTORY '{tmp_path / 'written'}' USING parquet SELECT * FROM shop.returned",
+        f"INSERT INTO shop_b{shown}.returned SELECT * FROM shop.returned",
+        "CACHE TABLE shop.returned",
+        f"ADD JAR {JARS / 'scala-library-2.13.16.jar'}",
+        "CREATE FUNCTION f AS 'org.apache.hadoop.hive.ql.udf.UDFRand'",
+        "SELECT reflect('java.lang.System', 'getProperty', 'user.home')",
+        "SELECT java_method('java.lang.System', 'exit', 1)",
+        f"SELECT TRANSFORM(n) USING 'touch {tmp_path / 'ran'}' AS (x) FROM (SELECT 1 AS n) q",
+        f"SELECT * FROM text.`{outside / 'secret.txt'}`",
+        f"SELECT * FROM shop.returned WHERE EXISTS (SELECT * FROM text.`{outside}`)",
+    ]
+    output = _beeline(port, refused, past_errors=True)
+    # Beeline prints one "Error: ..." line per failed statement: each must be the guard's.
+    errors = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == len(refused), "\n".join(errors) or output[-4000:]
+    assert all("incr serve is read-only" in e for e in errors), "\n".join(errors)
+    why = ["DropTable", "AlterViewAsCommand", "DropNamespace", "CreateDataSourceTableCommand",
+           "CreateViewCommand", "InsertIntoDataSourceDirCommand", "InsertIntoHadoopFsRelationCommand",
+           "CacheTable", "AddJarsCommand", "CreateFunctionCommand", "reflect", "reflect", "TRANSFORM",
+           f"a read of {outside / 'secret.txt'}, outside", f"a read of {outside}, outside"]
+    for error, reason in zip(errors, why):  # each refused for what it is, in order
+        assert reason in error, (reason, error[:300])
+    assert "not for BI" not in output
+    assert not (tmp_path / "written").exists() and not (tmp_path / "ran").exists()
+    # Reading, showing and describing work, and what is served did not change.
+    allowed = _beeline(port, ["SHOW DATABASES", "USE shop", "SHOW TABLES", "DESCRIBE returned",
+                              "SET spark.sql.shuffle.partitions=2", "EXPLAIN SELECT * FROM returned"]
+                       + _tagged("latest", "SELECT * FROM shop.returned")
+                       + _tagged("pinned", f"SELECT * FROM shop_b{shown}.returned"))
+    reads = _reads(allowed)
     for tag in ("latest", "pinned"):
         assert diff_answers(oracle("returned", shown), _typed("returned", *reads[tag])) is None
     assert sorted(p.name for p in (answers / "returned").iterdir()) == before
+    assert "restored database" not in log.read_text() and "repaired" not in log.read_text()
 
 
 def test_a_compaction_under_a_served_batch_changes_no_database(served):
