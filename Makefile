@@ -36,6 +36,7 @@ lint: install
 soak: install
 	INCR_EQUIV_EXAMPLES=150 $(BIN)/pytest tests/runtime/test_equivalence.py tests/runtime/test_equivalence_nested.py
 	INCR_KILLS=50 $(BIN)/pytest -s tests/runtime/test_sigkill.py
+	INCR_KILLS=20 $(BIN)/pytest -s tests/orchestration/test_scheduler.py -k killed
 
 tpch: install
 	$(BIN)/pytest -m slow tests/runtime/test_tpch.py
