@@ -14,6 +14,10 @@ the environment.
 | INCR_LOCAL_INDEX_ROWS   | 5000000   | largest row index the driver checks deletes against               |
 | INCR_ANSWER_BY_CHANGE   | 1         | 0: rewrite every answer whole, even where it could follow by change |
 | INCR_ANSWER_MERGE_REACH | 0.5       | MERGE a per-group answer while its touched files hold ≤ this share |
+|                         |           | (when it is MERGEd without deletion vectors)                      |
+| INCR_ANSWER_DELETION_VECTORS | 1    | 0: a per-group answer's MERGE rewrites every file it touches      |
+| INCR_STATE_DELETION_VECTORS | 1     | 0: a state MERGE rewrites every file it touches (copy on write)   |
+| INCR_STATE_VECTOR_ROWS  | 1000000   | ... which it does anyway for a state table of at most this many rows |
 | INCR_SPARK_MASTER       | local[2]  | Spark master URL                                                  |
 | INCR_SPARK_CONF         | (none)    | extra Spark settings, ``key=value,key=value``                     |
 | INCR_LOCK_WAIT_S        | 30        | seconds a task waits for a short shared lock (the ledger's)       |
@@ -41,6 +45,14 @@ from dataclasses import dataclass, field, fields
 COMPACT_FILES_PER_BUCKET = 4
 #: An answer maintained by change is rewritten sorted once its MERGEs left this many files.
 ANSWER_COMPACT_FILES = 32
+#: A table with deletion vectors is compacted file by file: in a partition with too many
+#: files (for an answer: ANSWER_COMPACT_FILES), those smaller than SMALL_FILE_BYTES are
+#: rewritten as one; a file whose vector deletes DELETED_SHARE of its rows, and at least
+#: DELETED_ROWS (fewer cost a reader little), is rewritten without them; the other files
+#: stay as they are.
+DELETED_SHARE = 0.25
+DELETED_ROWS = 10_000
+SMALL_FILE_BYTES = 4 * 1024 * 1024
 #: Answer files are written at about this size (sorted by key), so a MERGE of a few groups
 #: rewrites a few files, not the whole answer.
 ANSWER_TARGET_FILE_BYTES = 8 * 1024 * 1024
@@ -73,6 +85,11 @@ class Settings:
     local_index_rows: int = field(default=5_000_000, metadata={"env": "INCR_LOCAL_INDEX_ROWS"})
     answer_by_change: bool = field(default=True, metadata={"env": "INCR_ANSWER_BY_CHANGE"})
     answer_merge_reach: float = field(default=0.5, metadata={"env": "INCR_ANSWER_MERGE_REACH"})
+    answer_deletion_vectors: bool = field(default=True,
+                                          metadata={"env": "INCR_ANSWER_DELETION_VECTORS"})
+    state_deletion_vectors: bool = field(default=True,
+                                         metadata={"env": "INCR_STATE_DELETION_VECTORS"})
+    state_vector_rows: int = field(default=1_000_000, metadata={"env": "INCR_STATE_VECTOR_ROWS"})
     spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})
     lock_wait_s: float = field(default=30.0, metadata={"env": "INCR_LOCK_WAIT_S"})

@@ -85,7 +85,10 @@ def explain_plan(plan: IncrementalPlan) -> str:
             f"state tables' rows of θ in `touched`, read from the buckets they hash to)\n"
             + plan.answer_change_sql(touched, "touched")
             + f"\n-- MERGE ON {' AND '.join(f'{c} <=> s.{c}' for c in publish.columns)} AND "
-              f"s.{GONE}: matched → DELETE; not matched AND NOT s.{GONE} → INSERT"))
+              f"s.{GONE}: matched → DELETE; not matched AND NOT s.{GONE} → INSERT\n"
+              f"-- the deleted rows are marked in their files' deletion vectors and the inserted "
+              f"ones written to one new file: no file is rewritten\n-- (INCR_ANSWER_DELETION_VECTORS=0: "
+              f"the touched files are copied, or the answer rewritten when they hold most of it)"))
     elif publish.top:
         groups = {t.name: f"groups.{t.name}" for t in plan.main_tables}
         out.append(_section(

@@ -10,8 +10,11 @@ Two ways to write it, as the compiler decided (:mod:`incr.compiler.publish`, pri
 * **by change**, when a is per group and the answer was current before the batch: the
   answer rows of the groups the batch touched are recomputed from those groups' state rows
   only (read from the buckets they hash to) and applied with one MERGE: a tombstone per
-  touched group deletes its old rows, its new rows are inserted.  Cost and memory follow
-  the batch, not the answer;
+  touched group deletes its old rows, its new rows are inserted.  The old rows are marked
+  in their files' deletion vectors (:mod:`~incr.runtime.deletion`) and the new ones go to
+  one new file, so a batch whose groups are spread over the whole key range rewrites no
+  file; the files a quarter of whose rows the vectors delete, and the small files once
+  there are 32, are compacted, file by file.  Cost and memory follow the batch, not the answer;
 * **rewritten** otherwise (a global aggregate, ORDER BY/LIMIT, a group key not shown, the
   first publish, a changed answer query, a fold finished by an earlier run): a(state) over
   the whole state, written as the table's new version.
@@ -38,11 +41,17 @@ import pyarrow.compute as pc
 from incr.compiler.plan import BUCKET, IncrementalPlan
 from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import merge_ident, render_old_rows
-from incr.config import ANSWER_COMPACT_FILES, ANSWER_TARGET_FILE_BYTES
+from incr.config import (
+    ANSWER_COMPACT_FILES,
+    ANSWER_TARGET_FILE_BYTES,
+    DELETED_ROWS,
+    DELETED_SHARE,
+    SMALL_FILE_BYTES,
+)
 from incr.runtime import sparkhash
 from incr.runtime.engine import DRIVER, Engine, Engines, log
 from incr.runtime.state import ViewState
-from incr.runtime.store import BATCH_KEY, DeltaStore
+from incr.runtime.store import BATCH_KEY, DeltaStore, has_deletion_vectors
 from incr.runtime.types import nullable
 
 if TYPE_CHECKING:
@@ -159,15 +168,18 @@ class AnswerTable:
         through = self.through()
         if through >= batch:
             return -1
+        vectors = self.engines.settings.answer_deletion_vectors
         if (touched is not None and through >= 0 and self.plan.publish.by_change
-                and self.engines.settings.answer_by_change and self._merge_pays(touched)):
-            change = self.compute_change(touched)
-            result = (self.store.merge(self.path, change)
-                      .on_groups(self.plan.publish.columns, GONE)
-                      .when_matched_delete()
-                      .when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}")
-                      .for_batch(batch, self._metadata(batch))
-                      .execute())
+                and self.engines.settings.answer_by_change
+                and (vectors or self._merge_pays(touched))):
+            change = self.compute_change(touched, batch)
+            merge = (self.store.merge(self.path, change)
+                     .on_groups(self.plan.publish.columns, GONE)
+                     .when_matched_delete()
+                     .when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}"))
+            if vectors:
+                merge = merge.with_deletion_vectors()
+            result = merge.for_batch(batch, self._metadata(batch)).execute()
             self._compact(batch)
             if metrics is not None:
                 metrics.answer_mode = "change"
@@ -185,14 +197,22 @@ class AnswerTable:
         return self._rewrite(batch, published=through >= 0)
 
     def _compact(self, batch: int) -> None:
-        """MERGEs add files and mix key ranges; once there are too many, one sorted rewrite
-        (a version with the same rows; the older files stay for readers still on them).
+        """MERGEs add files and mix key ranges, and deletion vectors leave deleted rows in
+        the files; once there are too many of either, a sorted rewrite (a version with the
+        same rows; the older files stay for readers still on them): of the whole answer,
+        or with deletion vectors of the files that need it
+        (:meth:`~incr.runtime.store.DeltaStore.compact_files`).
 
         An answer larger than the driver-side limit (``INCR_LOCAL_STATE_ROWS``) is rewritten
         by Spark's executors, so the driver never holds it.
         """
         from incr.runtime.session import compact
 
+        if has_deletion_vectors(self.store.table(self.path)):
+            self.store.compact_files(self.path, self._sort_by(), ANSWER_COMPACT_FILES,
+                                     small_bytes=SMALL_FILE_BYTES, deleted_share=DELETED_SHARE,
+                                     deleted_rows=DELETED_ROWS)
+            return
         compact(self.engines, self.store, self.path, self._sort_by(), ANSWER_COMPACT_FILES,
                 metadata=self._metadata(batch), vacuum=False,
                 target_file_size=ANSWER_TARGET_FILE_BYTES)
@@ -213,14 +233,16 @@ class AnswerTable:
             return False
         return True
 
-    def compute_change(self, touched: pa.Table) -> pa.Table:
+    def compute_change(self, touched: pa.Table, batch: int = -1) -> pa.Table:
         """The answer rows of the ``touched`` groups, with a tombstone per group
-        (:meth:`~incr.compiler.plan.IncrementalPlan.answer_change_sql`), read from the
+        (:meth:`~incr.compiler.plan.IncrementalPlan.answer_change_sql`), from the rows the
+        fold of ``batch`` kept of them (:meth:`ViewState.touched_rows`), else read from the
         touched buckets of the state only."""
         schema = self.store.schema(self.path).append(pa.field(GONE, pa.bool_()))
         buckets = pc.unique(touched.column(BUCKET)).to_pylist()
+        rows = self.state.touched_rows(batch)
         return self._on_engine(touched.num_rows, None, lambda name: self._run_change(
-            name, touched, buckets, schema))
+            name, touched, buckets, schema, rows))
 
     def compute_top(self, touched: pa.Table) -> pa.Table | None:
         """A top-k answer from the old top rows' groups and the ``touched`` groups (reading
@@ -279,21 +301,35 @@ class AnswerTable:
             engine.close()
 
     def _touched_views(self, engine: Engine, groups: pa.Table, buckets: list[int]) -> dict[str, str]:
-        """Each main state table restricted to the rows of ``groups`` (read from ``buckets``)."""
+        """Each main state table restricted to the rows of ``groups`` (read from ``buckets``).
+
+        On the driver only the state rows whose first key is one of the groups' are read (a
+        filtered scan), so the driver holds the touched groups' rows, not their buckets:
+        a batch of keys spread over the whole key range reaches every bucket.
+        """
         prefix = f"incr_{self.plan.view}_"
         keys = engine.table(f"{prefix}touched", groups)
         views = {}
         for t in self.plan.main_tables:
-            state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets)
+            first = t.keys[0].name if t.keys else None
+            matching = ({first: groups.column(first)}
+                        if engine.name == DRIVER and first in groups.column_names else None)
+            state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets,
+                                 matching=matching)
             views[t.name] = engine.view(f"{prefix}touched_{t.name}",
                                         render_old_rows(t, state, keys))
         return views
 
     def _run_change(self, name: str, touched: pa.Table, buckets: list[int],
-                    schema: pa.Schema) -> pa.Table:
+                    schema: pa.Schema, rows: dict[str, pa.Table] | None) -> pa.Table:
         engine = self.engines.engine(name, self.store)
+        prefix = f"incr_{self.plan.view}_"
         try:
-            views = self._touched_views(engine, touched, buckets)
+            if rows is not None:
+                engine.table(f"{prefix}touched", touched)
+                views = {t: engine.table(f"{prefix}touched_{t}", r) for t, r in rows.items()}
+            else:
+                views = self._touched_views(engine, touched, buckets)
             keys = f"incr_{self.plan.view}_touched"
             return engine.collect(self.plan.answer_change_sql(views, keys), schema)
         finally:

@@ -176,7 +176,7 @@ class Fold:
                 t0 = time.perf_counter()
                 self._write_outbox(stage, self._passed_on(stage, delta), batch)
                 self.metrics.h_s += time.perf_counter() - t0
-            elif delta.sign != 0 and not outbox:
+            elif delta.sign != 0 and not outbox and not self._by_vectors(pending):
                 self._fast_merge(stage, pending, delta, batch)
             else:
                 self._combine_merge(stage, pending, delta, batch, outbox)
@@ -250,6 +250,13 @@ class Fold:
         lost = self._view(f"hn_{main.name}", self.plan.h_query(main.name, minus, bucketed=False))
         return render_output_change(stage, {main.name: lost}, {main.name: gained})
 
+    def _by_vectors(self, pending: list[StateTable]) -> bool:
+        """Whether the stage's tables take ⊗= by deletion vectors (the combine strategy) even
+        for a one-signed Δ: a MERGE of h(Δ) would copy every file a key of Δ may be in.
+        Only when every table does (:meth:`ViewState.vectors`: large and keyed; an empty
+        one takes the initial load, h(Δ) appended, by Spark's executors when large)."""
+        return bool(pending) and all(self.state.vectors(t) for t in pending)
+
     def _fast_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
                     batch: int) -> None:
         """``MERGE state ⊗ h(Δ)`` (⊗̃ for deletions) per pending table: Δ has one sign."""
@@ -298,7 +305,8 @@ class Fold:
                 touched_keys = self._view(f"touched_{stage.name}",
                                           render_touched_keys(table, hp, hn), cache=True)
             old = self._view(f"old_{table.name}",
-                             render_old_rows(table, self._state(table.name), touched_keys),
+                             render_old_rows(table, self._touched_state(table, touched_keys),
+                                             touched_keys),
                              cache=True)
             diminish = diminishes.get(table.name)
             new = self._view(f"new_{table.name}", render_combined(
@@ -315,11 +323,33 @@ class Fold:
             faults.crash_point("view.before_merge", batch)
             t1 = time.perf_counter()
             rows = self._collect(render_all(changed[table.name]), table.name)
+            live = (self._collect(render_live_rows(table, changed[table.name]), table.name)
+                    if self.state.vectors(table) else None)
             t2 = time.perf_counter()
             self._note_touched(stage, table, rows)
-            touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
+            if live is not None:
+                touched = self.state.replace_by_vectors(table, rows, live, batch)
+                if stage is self.plan.top and table.key_columns == tuple(k.name for k in table.keys):
+                    # every row of a touched group is a changed one (no bag): the answer's
+                    # rows of those groups come from these, not from reading the state again
+                    self.state.note_rows(batch, table, live)
+            else:
+                touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
             self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
             faults.crash_point("view.after_merge", batch)
+
+    def _touched_state(self, table: StateTable, touched_keys: str) -> str:
+        """``table`` as the old rows of the touched groups are read from it: on the driver
+        only the rows whose first key is a touched one (a filtered scan), so a batch whose
+        keys are spread over a large state reads their rows, not the state; whole otherwise
+        (Spark's join reads what it needs)."""
+        if self.engine.name != DRIVER or not table.keys:
+            return self._state(table.name)
+        first = table.keys[0].name
+        field = self.state.schema(table.name).field(first)
+        values = self.engine.collect(render_values(touched_keys, first), pa.schema([field]))
+        return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
+                                 matching={first: values.column(0).combine_chunks()})
 
     def _note_touched(self, stage: StagePlan, table: StateTable, rows: pa.Table) -> None:
         """Keeps the groups of the view's own stage that ``rows`` (about to be merged into

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
 from incr.compiler.dialect import Query
@@ -119,8 +120,24 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
     schema = from_arrow_schema(snapshot.schema, prefer_timestamp_ntz=True)
     if not snapshot.files:
         return spark.createDataFrame(snapshot.schema.empty_table(), schema=schema)
-    return (spark.read.schema(schema).option("basePath", snapshot.root)
-            .parquet(*snapshot.files).select(*[f.name for f in snapshot.schema]))
+    frame = spark.read.schema(schema).option("basePath", snapshot.root).parquet(*snapshot.files)
+    if snapshot.deleted:  # rows of the files' deletion vectors: left out by file and position
+        from pyspark.sql import functions as F
+
+        # A file is named by its path under the table (its partition directories and name):
+        # Spark names the files of one partitioned write alike in every partition.
+        depth = len(snapshot.partition_by) + 1
+        files = list(snapshot.deleted)
+        names = np.repeat(np.array(["/".join(Path(f).parts[-depth:]) for f in files], dtype=object),
+                          [len(snapshot.deleted[f]) for f in files])
+        positions = np.concatenate([snapshot.deleted[f] for f in files])
+        gone = arrow_frame(spark, pa.table({"incr_file__": pa.array(names, pa.string()),
+                                            "incr_row__": pa.array(positions, pa.int64())}))
+        frame = (frame.withColumn("incr_file__",
+                                  F.substring_index(F.col("_metadata.file_path"), "/", -depth))
+                 .withColumn("incr_row__", F.col("_metadata.row_index"))
+                 .join(gone, on=["incr_file__", "incr_row__"], how="left_anti"))
+    return frame.select(*[f.name for f in snapshot.schema])
 
 
 #: Session settings of a write of files for delta-rs, set for the write only: Spark's

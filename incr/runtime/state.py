@@ -29,18 +29,20 @@ from incr.compiler.plan import (
     StagePlan,
     StateTable,
 )
+from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import (
+    merge_ident,
     render_anti_delta,
     render_consolidated,
     render_none,
     render_rows,
     render_stage_delta,
 )
-from incr.config import COMPACT_FILES_PER_BUCKET
+from incr.config import COMPACT_FILES_PER_BUCKET, DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES
 from incr.errors import StorageError
 from incr.runtime.engine import per_engine
 from incr.runtime.landing import DELETE
-from incr.runtime.store import DeltaStore
+from incr.runtime.store import DeltaStore, has_deletion_vectors
 from incr.runtime.types import arrow_schema, nullable
 
 if TYPE_CHECKING:
@@ -67,6 +69,9 @@ class ViewState:
         self.view_root = warehouse / "state" / plan.view
         self.root = self.view_root / plan.state_fingerprint
         self._ready = False
+        #: The live rows of the touched groups, per main table of the view's own stage, that
+        #: a fold by deletion vectors wrote for a batch: ``(batch, {table: rows})``.
+        self._touched_rows: tuple[int, dict[str, pa.Table]] = (-1, {})
 
     def path(self, table: str) -> Path:
         return self.root / table
@@ -115,6 +120,61 @@ class ViewState:
         self.compact(table)
         return result.source_rows
 
+    def vectors(self, table: StateTable) -> bool:
+        """Whether the batch's ⊗= into ``table`` keeps deletion vectors
+        (:meth:`replace_by_vectors`): for a keyed table of more rows than
+        ``INCR_STATE_VECTOR_ROWS``, unless ``INCR_STATE_DELETION_VECTORS`` is off (and
+        never without the run's engines).
+
+        Below that size copying the files a MERGE reaches costs less than the vectors'
+        extra queries (the old rows read, the live rows picked).
+        """
+        if self.engines is None or not self.engines.settings.state_deletion_vectors:
+            return False
+        if not table.key_columns or self.is_empty(table.name):
+            return False
+        rows = self.store.row_count(self.path(table.name))
+        return rows is None or rows > self.engines.settings.state_vector_rows
+
+    def replace_by_vectors(self, table: StateTable, changed: pa.Table, live: pa.Table,
+                           batch: int) -> int:
+        """⊗= by deletion vectors: the rows of ``changed``'s keys are marked deleted where
+        they are, and ``live`` (those of ``changed`` still live) are written to one new
+        file per bucket; returns the rows of ``changed``.
+
+        The same rows as the ⊗= MERGE (:meth:`merge` with the stage's replace spec), which
+        copies every file a changed key may be in: with keys spread over the key range,
+        all of them.
+        """
+        path = self.path(table.name)
+        schema = self.store.schema(path)
+        keys = (BUCKET, *table.key_columns)
+        tombstones = changed.select(list(keys)).cast(pa.schema([schema.field(k) for k in keys]))
+        shape = nullable(schema).append(pa.field(GONE, pa.bool_()))
+        source = pa.concat_tables([
+            _with_flag(tombstones, shape, True),
+            _with_flag(live.select(schema.names).cast(nullable(schema)), shape, False)])
+        (self.store.merge(path, source).on_groups(keys, GONE).when_matched_delete()
+         .when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}").with_deletion_vectors()
+         .for_batch(batch).execute())
+        self.compact(table)
+        return changed.num_rows
+
+    def note_rows(self, batch: int, table: StateTable, rows: pa.Table) -> None:
+        """Keeps ``rows``, every live row of the groups ``batch`` touched in ``table`` (a main
+        table of the view's own stage), for the answer to read instead of the state."""
+        if self._touched_rows[0] != batch:
+            self._touched_rows = (batch, {})
+        self._touched_rows[1][table.name] = rows
+
+    def touched_rows(self, batch: int) -> dict[str, pa.Table] | None:
+        """The rows :meth:`note_rows` kept for ``batch`` when it kept them for every main
+        table of the view's own stage (None otherwise)."""
+        at, rows = self._touched_rows
+        if at != batch or set(rows) != {t.name for t in self.plan.main_tables}:
+            return None
+        return rows
+
     def append_from_spark(self, engine: SparkEngine, table: StateTable,
                           rows: Query | str | DataFrame, batch: int) -> int:
         """Writes h(ΔS) (``rows``, a query or DataFrame on ``engine``) into the empty
@@ -136,15 +196,22 @@ class ViewState:
         return engine.write(path, rows, mode="append", batch=batch, sort_by=table.key_columns)
 
     def compact(self, table: StateTable) -> bool:
-        """Rewrites ``table`` sorted once it has too many files for its own bucket count.
+        """Rewrites ``table`` sorted once it has too many files for its own bucket count; a
+        table with deletion vectors file by file (:meth:`DeltaStore.compact_files`: a
+        bucket's small files as one, a file whose vector deletes a quarter of it alone).
 
         A table of more rows than the driver-side engine may hold
         (``INCR_LOCAL_STATE_ROWS``) is rewritten by Spark's executors, so compaction never
         brings a large state to the driver; a smaller one by delta-rs on the driver.
         """
         path = self.path(table.name)
-        limit = COMPACT_FILES_PER_BUCKET * self.stage_of(table.name).buckets_of(table.name)
         sort_by = (BUCKET, *table.key_columns)
+        if has_deletion_vectors(self.store.table(path)):
+            return self.store.compact_files(path, sort_by, COMPACT_FILES_PER_BUCKET,
+                                            small_bytes=SMALL_FILE_BYTES,
+                                            deleted_share=DELETED_SHARE,
+                                            deleted_rows=DELETED_ROWS) > 0
+        limit = COMPACT_FILES_PER_BUCKET * self.stage_of(table.name).buckets_of(table.name)
         if self.engines is None:
             return self.store.compact(path, sort_by, limit)
         from incr.runtime.session import compact
@@ -264,3 +331,11 @@ class ViewState:
                          description=f"incr state {table} of view {self.plan.view} (program "
                                      f"{self.plan.program}, state {self.plan.state_fingerprint}); "
                                      f"keyed by {', '.join(keys) or '()'}")
+
+
+def _with_flag(rows: pa.Table, shape: pa.Schema, flag: bool) -> pa.Table:
+    """``rows`` in ``shape`` (missing columns NULL) with the flag column set to ``flag``."""
+    columns = [rows.column(f.name) if f.name in rows.column_names and f.name != GONE
+               else pa.nulls(rows.num_rows, f.type) for f in shape]
+    columns[shape.get_field_index(GONE)] = pa.array([flag] * rows.num_rows, pa.bool_())
+    return pa.table(columns, schema=shape)

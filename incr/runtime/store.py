@@ -26,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pa_fs
@@ -47,13 +49,16 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 from incr.compiler.plan import BUCKET
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
 from incr.errors import OutOfRangeError, StorageError
+from incr.runtime import deletion, deltalog
 
 APP_ID = "incr"
 #: Commit metadata naming the batch a commit belongs to (answer tables carry it).
 BATCH_KEY = "incr.batch"
-#: Commits that change no rows and carry none of incr's metadata (housekeeping).
-MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE"})
-_UNSUPPORTED_FEATURES = {"deletionVectors", "columnMapping"}
+#: Commits that change no rows and carry none of incr's metadata (housekeeping, compaction
+#: file by file, the feature a table's first deletion vectors need).
+MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE", "ADD FEATURE"})
+_UNSUPPORTED_FEATURES = {"columnMapping"}
+DELETION_VECTORS = "deletionVectors"
 #: Spark's name for a NULL partition value in a directory name.
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
@@ -67,6 +72,9 @@ class Snapshot:
     schema: pa.Schema
     partition_by: tuple[str, ...]
     version: int
+    #: Rows the table's deletion vectors delete: positions (int64, from 0) by file, keyed
+    #: as in ``files``; files without a vector are absent.
+    deleted: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -94,6 +102,7 @@ class DeltaStore:
 
     def __init__(self) -> None:
         self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
+        self._adds: dict[str, tuple[int, dict[str, dict[str, Any]], tuple[int, int] | None]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -140,11 +149,14 @@ class DeltaStore:
         return None if None in values else sum(values)
 
     def totals(self, path: str | Path) -> tuple[int | None, int]:
-        """Rows (None: not recorded) and bytes of the current version's files, from the log."""
+        """Live rows (None: not recorded) and bytes of the current version's files, from the
+        log: the files' rows less those their deletion vectors delete."""
         actions = pa.table(self.table(path).get_add_actions(flatten=True))
         rows = actions["num_records"].to_pylist()
-        return (None if None in rows else sum(rows),
-                int(sum(s or 0 for s in actions["size_bytes"].to_pylist())))
+        size = int(sum(s or 0 for s in actions["size_bytes"].to_pylist()))
+        if None in rows:
+            return None, size
+        return sum(rows) - self.deleted_rows(path)[0], size
 
     def reach(self, path: str | Path, column: str, values: pa.Array) -> float:
         """The share of the table's rows in files whose ``column`` range (log statistics)
@@ -152,36 +164,72 @@ class DeltaStore:
 
         A file without statistics counts as reached; a NULL value reaches files with NULLs.
         """
-        actions = pa.table(self.table(path).get_add_actions(flatten=True))
-        rows = actions["num_records"].to_pylist()
+        dt = self.table(path)
+        rows = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
         total = sum(r or 0 for r in rows)
         if not total:
             return 0.0
+        hits = self._reached(dt, column, values)
+        return sum((n or 0) for n, (_, hit) in zip(rows, hits, strict=True) if hit) / total
+
+    @staticmethod
+    def _reached(dt: DeltaTable, column: str, values: pa.Array) -> list[tuple[str, bool]]:
+        """Each file of the table (its path in the log) and whether its ``column`` range
+        may hold one of ``values`` (see :meth:`reach`)."""
+        actions = pa.table(dt.get_add_actions(flatten=True))
         present = pc.drop_null(values)
         wanted = pc.unique(present).sort() if len(present) else present
         has_null = len(present) < len(values)
         lows = actions[f"min.{column}"] if f"min.{column}" in actions.column_names else None
         highs = actions[f"max.{column}"] if f"max.{column}" in actions.column_names else None
         nulls = (actions[f"null_count.{column}"].to_pylist()
-                 if f"null_count.{column}" in actions.column_names else [None] * len(rows))
-        reached = 0
-        for i, n in enumerate(rows):
+                 if f"null_count.{column}" in actions.column_names else [None] * actions.num_rows)
+        out = []
+        for i, name in enumerate(actions["path"].to_pylist()):
             low = lows[i].as_py() if lows is not None else None
             high = highs[i].as_py() if highs is not None else None
-            if low is None or high is None or n is None:
+            if low is None or high is None:
                 hit = True
             else:
                 inside = pc.and_(pc.greater_equal(wanted, pa.scalar(low, wanted.type)),
                                  pc.less_equal(wanted, pa.scalar(high, wanted.type)))
                 hit = bool(pc.any(inside).as_py()) or (has_null and bool(nulls[i]))
-            reached += (n or 0) if hit else 0
-        return reached / total
+            out.append((name, hit))
+        return out
 
     def forget(self, path: str | Path) -> None:
         """Drops kept tables at or under ``path`` (after removing them)."""
         root = str(path)
-        for key in [k for k in self._open if k == root or k.startswith(root.rstrip("/") + "/")]:
-            del self._open[key]
+        for kept in (self._open, self._adds):
+            for key in [k for k in kept if k == root or k.startswith(root.rstrip("/") + "/")]:
+                del kept[key]
+
+    def live_adds(self, path: str | Path) -> dict[str, dict[str, Any]]:
+        """The current ``add`` action of every file, by its path in the log, deletion vector
+        included (:func:`~incr.runtime.deltalog.live_adds`; read on from the last call's)."""
+        version = self.table(path).version()
+        key = str(path)
+        kept = self._adds.get(key)
+        known = None
+        if kept is not None and kept[2] is not None and _commit_stamp(key, kept[0]) == kept[2]:
+            known = (kept[0], kept[1])  # (the same table: its commit file is still that one)
+        try:
+            adds = deltalog.live_adds(path, version, known)
+        except FileNotFoundError:  # the log was cleaned up since: from its checkpoint
+            adds = deltalog.live_adds(path, version)
+        self._adds[key] = (version, adds, _commit_stamp(key, version))
+        return adds
+
+    def deleted_rows(self, path: str | Path) -> tuple[int, int]:
+        """The rows the current files' deletion vectors delete, and the rows the files hold."""
+        dt = self.table(path)
+        if not has_deletion_vectors(dt):
+            return 0, 0
+        total = deleted = 0
+        for add in self.live_adds(path).values():
+            total += int(json.loads(add.get("stats") or "{}").get("numRecords", 0))
+            deleted += int((add.get("deletionVector") or {}).get("cardinality", 0))
+        return deleted, total
 
     def batch_version(self, path: str | Path) -> int | None:
         """The last batch committed to the table (None: table missing or never written by a batch)."""
@@ -203,13 +251,15 @@ class DeltaStore:
         if features:
             raise StorageError(
                 f"the Delta table at {path} uses {', '.join(sorted(features))}; Spark reads incr's "
-                f"tables through their file lists, which would return deleted rows. Rewrite the "
-                f"table without those features.")
+                f"tables through their file lists, which would read the files' own column names. "
+                f"Rewrite the table without those features.")
         schema = pa.schema(dt.schema().to_arrow())
         partitions = tuple(dt.metadata().partition_columns)
         only = _bucket_filter(partitions, buckets)
         files = [] if only == [] else dt.file_uris(only)
-        return Snapshot(str(Path(path)), files, schema, partitions, dt.version())
+        deleted = deleted_positions(dt) if files else {}
+        return Snapshot(str(Path(path)), files, schema, partitions, dt.version(),
+                        {f: deleted[f] for f in files if f in deleted})
 
     def read(self, path: str | Path, version: int | None = None,
              buckets: Iterable[int] | None = None,
@@ -228,7 +278,7 @@ class DeltaStore:
             dt = DeltaTable(str(path))  # time travel moves the object: not a kept one
             dt.load_as_version(version)
             partitions = None
-        return _dataset(dt, path, partitions).to_table(columns=columns)
+        return _rows(dt, path, partitions, columns=columns)
 
     def read_matching(self, path: str | Path, matching: Mapping[str, pa.Array],
                       buckets: Iterable[int] | None = None) -> pa.Table:
@@ -237,7 +287,8 @@ class DeltaStore:
 
         A filtered scan: files and row groups whose statistics exclude every value are
         skipped, and only matching rows are kept, so memory follows the matches.  A NULL
-        value matches nothing (a join on equality never meets NULL).
+        among the values matches the rows where ``c`` is NULL (a group of NULL; a join on
+        equality, which never meets NULL, merely reads them too).
         """
         import pyarrow.dataset as ds
 
@@ -247,11 +298,17 @@ class DeltaStore:
             return pa.schema(dt.schema().to_arrow()).empty_table()
         schema = pa.schema(dt.schema().to_arrow())
         wanted = None
+        # Arrow's scan prunes row groups by statistics only where that is right: integer keys.
+        # Float statistics leave NaN out (NaN rows would be skipped), and delta-rs gives
+        # string statistics as string_view, which Arrow cannot compare with a string column.
+        pushdown = all(pa.types.is_integer(schema.field(c).type) for c in matching)
         for column, values in matching.items():
             present = pc.unique(pc.drop_null(values)).cast(schema.field(column).type)
             term = ds.field(column).isin(present)
+            if values.null_count:
+                term = term | ds.field(column).is_null()
             wanted = term if wanted is None else wanted | term
-        return _dataset(dt, path, partitions).to_table(filter=wanted)
+        return _rows(dt, path, partitions, where=wanted, pushdown=pushdown)
 
     def history(self, path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
         """Commit infos, newest first (custom commit metadata included)."""
@@ -429,6 +486,70 @@ class DeltaStore:
             raise _failed(f"committing the files Spark wrote to the Delta table at {path}", path, e) from e
         return rows
 
+    def enable_deletion_vectors(self, path: str | Path) -> None:
+        """Gives the table the ``deletionVectors`` feature (reader 3, writer 7), once.
+
+        A commit of its own before the first vector's: a crash in between leaves the same
+        rows and no batch marker.  delta-rs still writes, merges and compacts the table (its
+        rewrites apply the vectors); readers must support the feature, as Spark's Delta,
+        delta-rs, DuckDB's delta extension and Trino do.
+        """
+        dt = self.table(path)
+        if has_deletion_vectors(dt):
+            return
+        try:
+            dt.alter.add_feature(TableFeatures.DeletionVectors, allow_protocol_versions_increase=True)
+        except (DeltaError, OSError) as e:
+            raise _failed(f"enabling deletion vectors on the Delta table at {path}", path, e) from e
+
+    def matched_rows(self, path: str | Path, keys: pa.Table) -> dict[str, np.ndarray]:
+        """The positions of the current rows whose columns ``keys.column_names`` equal (NULL
+        equal to NULL) those of a row of ``keys``, by the file's path in the table's log.
+
+        Only the files whose statistics of the first key column may hold one of its values
+        are read, and only their key columns; rows already deleted may be among the
+        positions (a deletion vector takes them again as it is).
+        """
+        import duckdb
+
+        if not keys.num_rows:
+            return {}
+        dt = self.table(path)
+        root = Path(path)
+        column = keys.column_names[0]
+        names = [n for n, hit in self._reached(dt, column, keys.column(column)) if hit]
+        if not names:
+            return {}
+        file_id, row = "incr_file__", "incr_row__"
+        while file_id in keys.column_names or row in keys.column_names:
+            file_id, row = file_id + "_", row + "_"
+        parts = []
+        for i, name in enumerate(names):
+            part = pq.read_table(root / unquote(name), columns=keys.column_names)
+            n = part.num_rows
+            parts.append(part.cast(keys.schema)
+                         .append_column(file_id, pa.array(np.full(n, i, dtype=np.int32)))
+                         .append_column(row, pa.array(np.arange(n, dtype=np.int64))))
+        rows = pa.concat_tables(parts)
+        quoted = ['"' + c.replace('"', '""') + '"' for c in keys.column_names]
+        on = " AND ".join(f"f.{q} IS NOT DISTINCT FROM k.{q}" for q in quoted)
+        con = duckdb.connect()
+        try:
+            con.register("incr_rows", rows)
+            con.register("incr_keys", keys)
+            found = con.execute(f'SELECT f."{file_id}", f."{row}" FROM incr_rows AS f SEMI JOIN '
+                                f"incr_keys AS k ON {on} ORDER BY 1, 2").fetch_arrow_table()
+        finally:
+            con.close()
+        files_of = found.column(0).to_numpy()
+        rows_of = found.column(1).to_numpy()
+        starts = np.flatnonzero(np.r_[True, files_of[1:] != files_of[:-1]]) if len(files_of) else []
+        out: dict[str, np.ndarray] = {}
+        for i, start in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else len(files_of)
+            out[names[int(files_of[start])]] = rows_of[start:end].astype(np.int64)
+        return out
+
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
         """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""
         return Merge(self, Path(path), source)
@@ -448,7 +569,7 @@ class DeltaStore:
         if self.file_count(path) <= max_files:
             return False
         dt = self.table(path)
-        data = _dataset(dt, path).to_table()
+        data = _rows(dt, path)
         if data.num_rows:
             data = data.sort_by([(c, "ascending") for c in sort_by])
         self.write(path, data, mode="overwrite", batch=None, metadata=metadata,
@@ -457,6 +578,86 @@ class DeltaStore:
         if vacuum:
             self.vacuum_now(path)
         return True
+
+    def compact_files(self, path: str | Path, sort_by: tuple[str, ...], max_files: int, *,
+                      small_bytes: int, deleted_share: float, deleted_rows: int = 1) -> int:
+        """Compacts a table with deletion vectors file by file; returns the files rewritten.
+
+        In each partition holding more than ``max_files`` files, the files smaller than
+        ``small_bytes`` (a MERGE's new rows, mostly) are rewritten as one, sorted by
+        ``sort_by``; every file whose vector deletes at least ``deleted_share`` of its rows
+        (and at least ``deleted_rows``) is rewritten without them.  The other files, and
+        their vectors, stay: the cost follows the files that need it, never the whole
+        table.  One commit (an OPTIMIZE: no rows change, no batch marker); the replaced
+        files stay for readers still on them, until housekeeping.
+        """
+        dt = self.table(path)
+        partitions = tuple(dt.metadata().partition_columns)
+        adds = self.live_adds(path)
+        by_partition: dict[tuple, list[str]] = {}
+        for name, add in adds.items():
+            values = add.get("partitionValues", {})
+            by_partition.setdefault(tuple(values.get(c) for c in partitions), []).append(name)
+        groups: list[list[str]] = []
+        for names in by_partition.values():
+            small = sorted(n for n in names if adds[n]["size"] < small_bytes)
+            merged = set(small) if len(names) > max_files and len(small) > 1 else set()
+            if merged:
+                groups.append(small)
+            for name in names:
+                deleted = (adds[name].get("deletionVector") or {}).get("cardinality", 0)
+                held = int(json.loads(adds[name].get("stats") or "{}").get("numRecords", 0))
+                if (name not in merged and deleted >= max(deleted_rows, 1)
+                        and (not held or deleted >= deleted_share * held)):
+                    groups.append([name])
+        if not groups:
+            return 0
+        try:
+            self._rewrite_files(Path(path), dt, adds, groups, sort_by)
+        except OSError as e:  # a full disk: the files written are in no version
+            raise StorageError(f"compacting {path} failed: {e}") from e
+        return sum(len(g) for g in groups)
+
+    @staticmethod
+    def _rewrite_files(root: Path, dt: DeltaTable, adds: Mapping[str, Mapping[str, Any]],
+                       groups: list[list[str]], sort_by: tuple[str, ...]) -> None:
+        """Rewrites each group of files as new files without their deleted rows (one commit)."""
+        partitions = tuple(dt.metadata().partition_columns)
+        schema = pa.schema(dt.schema().to_arrow())
+        deleted_of = _VectorReader(dt, root)
+        actions: list[dict[str, Any]] = []
+        now = int(time.time() * 1000)
+        for names in groups:
+            parts = []
+            for name in names:
+                add = adds[name]
+                data = pq.read_table(root / unquote(name))
+                if add.get("deletionVector") is not None:
+                    gone = deleted_of(name, add)
+                    keep = np.ones(data.num_rows, dtype=bool)
+                    keep[gone[gone < data.num_rows]] = False
+                    data = data.filter(pa.array(keep))
+                for column, value in add.get("partitionValues", {}).items():
+                    field = schema.field(column)
+                    data = data.append_column(field, pa.array([value] * data.num_rows, pa.string())
+                                              .cast(field.type))
+                parts.append(data.select(schema.names).cast(schema))
+                actions.append(_remove(name, add, now, data_change=False))
+            rows = pa.concat_tables(parts)
+            if rows.num_rows and sort_by:
+                rows = rows.sort_by([(c, "ascending") for c in sort_by])
+            for add in _write_files(root, rows, schema, partitions):
+                add["add"]["dataChange"] = False
+                actions.append(add)
+        info = {"timestamp": now, "operation": "OPTIMIZE", "clientVersion": "incr",
+                "operationParameters": {"files": str(sum(len(g) for g in groups)),
+                                        "deletionVectors": "purged"},
+                "readVersion": dt.version()}
+        try:
+            deltalog.commit(root, dt.version() + 1, [{"commitInfo": info}, *actions])
+        except deltalog.LogConflict as e:
+            raise StorageError(f"compacting {root} failed: another writer committed to it meanwhile "
+                               f"({e}); nothing was committed, the next run compacts again") from e
 
     def file_count(self, path: str | Path) -> int:
         """Data files of the current version."""
@@ -491,6 +692,8 @@ class Merge:
         self._batch: int | None = None
         self._metadata: Mapping[str, str] | None = None
         self._flag: str | None = None
+        self._columns: tuple[str, ...] = ()
+        self._vectors = False
 
     def on(self, keys: tuple[str, ...], buckets: Iterable[int] | None = None) -> Merge:
         """Joins on the bucket and the null-safe key columns; ``buckets`` prunes partitions."""
@@ -506,6 +709,17 @@ class Merge:
         the source beside the target's columns (see :mod:`incr.compiler.publish`)."""
         self._predicate = answer_merge_condition(columns, flag)
         self._flag = flag
+        self._columns = columns
+        return self
+
+    def with_deletion_vectors(self) -> Merge:
+        """Deletes matched rows by marking them in their files' deletion vectors instead of
+        rewriting the files, and writes the inserted rows as one new file (see
+        :mod:`~incr.runtime.deletion`): the cost follows the matched rows, not the files
+        they are in.  Only for a MERGE of :meth:`on_groups` that deletes what its tombstones
+        match and inserts the other source rows (an answer maintained by change); the
+        table gets the ``deletionVectors`` feature."""
+        self._vectors = True
         return self
 
     def when_matched_delete(self, predicate: str | None = None) -> Merge:
@@ -550,7 +764,12 @@ class Merge:
             raise StorageError(f"h(ΔS) does not fit the state table at {self._path}: {e}; the "
                                f"view changed without a new state fingerprint") from e
         metrics = MergeMetrics(self._batch)
-        if source.num_rows:
+        if source.num_rows and self._vectors:
+            try:
+                metrics = self._execute_with_vectors(source, target)
+            except OSError as e:  # a full disk, a read-only folder: nothing was committed
+                raise StorageError(f"MERGE into {self._path} failed: {e}") from e
+        elif source.num_rows:
             # The source is small and in memory: not streamed, delta-rs derives from its
             # key ranges which target files can match and leaves the others unread.
             builder = dt.merge(source, self._predicate, source_alias="s", target_alias="t",
@@ -585,6 +804,134 @@ class Merge:
             self._store.write(self._path, target.empty_table(), mode="append", batch=self._batch,
                               metadata=self._metadata)
         return metrics
+
+    def _execute_with_vectors(self, source: pa.Table, target: pa.Schema) -> MergeMetrics:
+        """:meth:`execute` by deletion vectors: one commit that puts the tombstones' matches
+        in the vectors of the files holding them and adds the inserted rows' files (one per
+        partition).
+
+        The partition columns are left out of the match: incr partitions by ``_bucket``,
+        which the key columns determine, so equal keys are in the same partition.
+        """
+        if not (self._flag and self._delete and self._delete_when is None and self._insert
+                and not self._updates and not self._update_all):
+            raise ValueError("a MERGE with deletion vectors deletes the rows on_groups() matches "
+                             "and inserts the rest; nothing else")
+        store, root = self._store, self._path
+        store.enable_deletion_vectors(root)
+        dt = store.table(root)
+        partitions = tuple(dt.metadata().partition_columns)
+        flagged = pc.fill_null(source.column(self._flag), False)
+        gone = source.filter(flagged).select([c for c in self._columns if c not in partitions])
+        if not gone.column_names:
+            raise ValueError("a MERGE with deletion vectors matches on a column besides the "
+                             "partition columns")
+        rows = source.filter(pc.invert(flagged)).select(target.names)
+        adds = store.live_adds(root)
+        matched = store.matched_rows(root, gone)
+        now = int(time.time() * 1000)
+        actions: list[dict[str, Any]] = []
+        deleted = 0
+        deleted_of = _VectorReader(dt, root)
+        for name, found in matched.items():
+            old = adds[name]
+            before = deleted_of(name, old)
+            after = np.union1d(before, found)
+            if len(after) == len(before):
+                continue
+            deleted += len(after) - len(before)
+            stats = json.loads(old.get("stats") or "{}")
+            stats["tightBounds"] = False
+            values = old.get("partitionValues", {})
+            actions.append(_remove(name, old, now, data_change=True))
+            actions.append({"add": {"path": name, "partitionValues": values, "size": old["size"],
+                                    "modificationTime": old["modificationTime"], "dataChange": True,
+                                    "stats": json.dumps(stats), "deletionVector": deletion.inline(after)}})
+        files_removed = len(actions) // 2
+        actions += _write_files(root, rows, target, partitions)
+        info: dict[str, Any] = {"timestamp": now, "operation": "MERGE",
+                                "operationParameters": {"mergePredicate": self._predicate,
+                                                        "deletionVectors": "inline"},
+                                "readVersion": dt.version(), "clientVersion": "incr",
+                                **dict(self._metadata or {})}
+        head: list[dict[str, Any]] = [{"commitInfo": info}]
+        if self._batch is not None:
+            head.append({"txn": {"appId": APP_ID, "version": self._batch, "lastUpdated": now}})
+        try:
+            deltalog.commit(root, dt.version() + 1, head + actions)
+        except deltalog.LogConflict as e:
+            raise StorageError(f"MERGE into {root} failed: another writer committed to it meanwhile "
+                               f"({e}). Nothing of this write was committed; run again once that "
+                               f"writer is done, and let no job but incr write incr's tables") from e
+        added = len(actions) - 2 * files_removed
+        return MergeMetrics(self._batch, source.num_rows, rows.num_rows, 0, deleted, added,
+                            files_removed,
+                            {"deletion_vectors": files_removed, "num_target_rows_deleted": deleted})
+
+
+class _VectorReader:
+    """The rows a file's deletion vector deletes, from its ``add`` action: decoded here when
+    inline (incr's), else as delta-rs reads the table (another writer's, in a file)."""
+
+    def __init__(self, dt: DeltaTable, root: Path):
+        self._dt, self._root = dt, root
+        self._foreign: dict[str, np.ndarray] | None = None
+
+    def __call__(self, name: str, add: Mapping[str, Any]) -> np.ndarray:
+        vector = add.get("deletionVector")
+        if vector is None:
+            return np.array([], dtype=np.int64)
+        if vector.get("storageType") == deletion.INLINE:
+            return deletion.positions_of(vector)
+        if self._foreign is None:
+            self._foreign = deleted_positions(self._dt)
+        return self._foreign.get(str(self._root / unquote(name)), np.array([], dtype=np.int64))
+
+
+def _remove(name: str, add: Mapping[str, Any], now: int, *, data_change: bool) -> dict[str, Any]:
+    """The ``remove`` action of the file the log last added as ``add``: its path and its
+    deletion vector, if any (the protocol names a file with a vector by both)."""
+    action = {"path": name, "deletionTimestamp": now, "dataChange": data_change,
+              "extendedFileMetadata": True, "partitionValues": add.get("partitionValues", {}),
+              "size": add["size"]}
+    if add.get("deletionVector") is not None:
+        action["deletionVector"] = add["deletionVector"]
+    return {"remove": action}
+
+
+def _write_files(root: Path, rows: pa.Table, schema: pa.Schema,
+                 partitions: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Writes ``rows`` into the table at ``root`` as one Parquet file per partition (in its
+    ``column=value`` directory, without the partition columns, as delta-rs lays them out);
+    returns their ``add`` actions, which no commit names yet."""
+    if not rows.num_rows:
+        return []
+    groups: list[tuple[dict[str, str | None], pa.Table]] = [({}, rows)]
+    if partitions:
+        keys = rows.select(list(partitions)).group_by(list(partitions)).aggregate([]).to_pylist()
+        groups = []
+        for key in keys:
+            mask = None
+            for column, value in key.items():
+                term = (pc.is_null(rows.column(column)) if value is None
+                        else pc.equal(rows.column(column), pa.scalar(value, rows.schema.field(column).type)))
+                mask = term if mask is None else pc.and_(mask, term)
+            groups.append(({c: None if v is None else str(v) for c, v in key.items()},
+                           rows.filter(mask).drop_columns(list(partitions))))
+    data_schema = pa.schema([f for f in schema if f.name not in partitions])
+    out = []
+    for values, part in groups:
+        folder = "/".join(f"{c}={_HIVE_NULL if v is None else quote(v, safe='')}"
+                          for c, v in values.items())
+        name = (f"{folder}/" if folder else "") + f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(part.select(data_schema.names).cast(data_schema), root / name,
+                       compression="snappy")
+        st = (root / name).stat()
+        out.append({"add": {"path": name, "partitionValues": values, "size": st.st_size,
+                            "modificationTime": st.st_mtime_ns // 1_000_000, "dataChange": True,
+                            "stats": _footer_stats(pq.read_metadata(root / name), data_schema)}})
+    return out
 
 
 def commit_batches(path: Path, first: int, last: int) -> Iterator[tuple[int, int]]:
@@ -651,6 +998,67 @@ def _dataset(dt: DeltaTable, path: str | Path,
     if "://" not in location:
         filesystem = pa_fs.SubTreeFileSystem(str(Path(location).resolve()), pa_fs.LocalFileSystem())
     return dt.to_pyarrow_dataset(partitions=partitions, filesystem=filesystem)
+
+
+def has_deletion_vectors(dt: DeltaTable) -> bool:
+    """Whether the table may hold deletion vectors (its protocol has the feature)."""
+    return DELETION_VECTORS in (dt.protocol().reader_features or [])
+
+
+def _rows(dt: DeltaTable, path: str | Path,
+          partitions: list[tuple[str, str, list[str]]] | None = None,
+          columns: list[str] | None = None, where: Any = None, pushdown: bool = True) -> pa.Table:
+    """The rows of the table's (loaded) version, of ``partitions``, ``columns`` and the
+    rows ``where`` (an Arrow expression) holds.
+
+    A table that may hold deletion vectors is read by delta-rs's own engine, which applies
+    them; any other through Arrow's dataset (:func:`_dataset`), which is faster.  ``where``
+    is pushed down to Arrow's scan (row groups its statistics exclude are skipped) unless
+    ``pushdown`` is False (see :meth:`DeltaStore.read_matching`); then it is applied batch
+    by batch as they are read, so memory follows the rows kept either way.
+    """
+    schema = pa.schema(dt.schema().to_arrow())
+    if not has_deletion_vectors(dt):
+        dataset = _dataset(dt, path, partitions)
+        if where is None or pushdown:
+            return dataset.to_table(columns=columns, filter=where)
+        batches: Iterable[pa.RecordBatch] = dataset.to_batches()
+    else:
+        predicate = None
+        if partitions:
+            (column, _, values), = partitions
+            predicate = f"{merge_ident(column)} IN ({', '.join(str(int(v)) for v in values)})"
+        batches = pa.RecordBatchReader.from_stream(dt.scan(predicate=predicate))
+    kept = []
+    try:
+        for batch in batches:
+            part = pa.Table.from_batches([batch]).select(schema.names).cast(schema)
+            kept.append(part.filter(where) if where is not None else part)
+    except pa.ArrowInvalid as e:  # delta-rs's scan: a file of the version is gone (vacuumed)
+        if "not found" in str(e):
+            raise FileNotFoundError(f"a file of the Delta table at {path} is gone: {e}") from e
+        raise
+    data = pa.concat_tables(kept) if kept else schema.empty_table()
+    return data.select(columns) if columns is not None else data
+
+
+def deleted_positions(dt: DeltaTable) -> dict[str, np.ndarray]:
+    """The rows each file's deletion vector deletes (positions from 0), by the file's path as
+    ``file_uris`` gives it; files without a vector are absent."""
+    if not has_deletion_vectors(dt):
+        return {}
+    vectors = pa.table(dt.deletion_vectors())
+    out = {}
+    for uri, keep in zip(vectors.column("filepath").to_pylist(),
+                         vectors.column("selection_vector").combine_chunks(), strict=True):
+        mask = keep.values.to_numpy(zero_copy_only=False)
+        out[_file_path(uri)] = np.flatnonzero(~mask).astype(np.int64)
+    return out
+
+
+def _file_path(uri: str) -> str:
+    """A local file URI as ``DeltaTable.file_uris`` spells the file (a plain path)."""
+    return unquote(uri[len("file://"):]) if uri.startswith("file://") else uri
 
 
 def _bucket_filter(partitions: tuple[str, ...],
@@ -795,7 +1203,7 @@ def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:
     return st.st_size, st.st_mtime_ns
 
 
-def _failed(what: str, path: str | Path, e: DeltaError) -> StorageError:
+def _failed(what: str, path: str | Path, e: DeltaError | OSError) -> StorageError:
     """The error for a write delta-rs refused; a commit conflict says what to do about it.
 
     A conflict means another writer committed to the table since this write read it: only

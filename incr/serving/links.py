@@ -12,6 +12,16 @@ file list, as hard links:
 * the folder is built under a hidden name and renamed into place, so a reader finds it
   complete or not at all, and it is made read-only (mode 0555) once complete.
 
+A version whose Delta deletion vectors delete rows of its files (incr marks the rows a
+batch replaces deleted instead of rewriting the files that hold them) also gets
+``_deleted/deleted.parquet`` in its folder: those rows as (``file_name``: the link's name,
+``row_index``: the position in the file, from 0), for a reader to anti-join the files with
+(Spark's ``_metadata.file_name`` and ``_metadata.row_index``; :mod:`~incr.serving.catalog`).
+Spark, Hadoop and Arrow skip names starting with ``_`` when they list a folder, so a table
+over the version folder reads the data files only.  The file is built, made read-only and
+checked with the rest of the folder, and lies under the served root, where the read-only
+guard lets clients read.
+
 A hard link needs the root on the warehouse's filesystem, and (Linux's
 ``fs.protected_hardlinks``) a server user that owns the files or may write them; where
 either fails the file is copied instead, which costs the answer's size once per version.
@@ -31,6 +41,9 @@ import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from incr.errors import StorageError
 from incr.serving.snapshots import AnswerVersion
 
@@ -39,6 +52,12 @@ log = logging.getLogger("incr.serving")
 #: Mode of a complete version folder: readable, not writable, by anyone (files cannot be
 #: added to it or removed from it; the linked files keep their own mode).
 READ_ONLY_DIR = stat.S_IRUSR | stat.S_IXUSR | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH
+#: Mode of a file written into a version folder (a copied file, the deleted rows).
+READ_ONLY_FILE = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+#: The subfolder of a version folder with its deleted rows (hidden from a folder listing).
+DELETED_FOLDER = "_deleted"
+#: The file of the deleted rows in it.
+DELETED_FILE = "deleted.parquet"
 
 
 def local_path(uri: str) -> Path:
@@ -80,16 +99,40 @@ class LinkFolders:
         """Where the folder of ``answer`` is (whether built or not)."""
         return self.root / program / answer.view / f"v{answer.version}"
 
+    def deleted_folder_of(self, program: str, answer: AnswerVersion) -> Path:
+        """Where the deleted rows of ``answer`` are (only when it has some)."""
+        return self.folder_of(program, answer) / DELETED_FOLDER
+
     def expected_names(self, answer: AnswerVersion) -> list[str]:
-        """The file names a complete folder of ``answer`` holds."""
-        return sorted(_link_name(i, local_path(f)) for i, f in enumerate(answer.files))
+        """The names a complete folder of ``answer`` holds.
+
+        Its files' links, and the folder of its deleted rows when it has some.
+        """
+        names = [_link_name(i, local_path(f)) for i, f in enumerate(answer.files)]
+        return sorted(names + ([DELETED_FOLDER] if answer.has_deletions else []))
+
+    def deleted_rows(self, answer: AnswerVersion) -> pa.Table:
+        """The deleted rows of ``answer``, each file named as it is linked in the folder."""
+        return answer.deleted_rows(lambda i, f: _link_name(i, local_path(f)))
 
     def is_intact(self, program: str, answer: AnswerVersion) -> bool:
-        """Whether the folder of ``answer`` exists and holds exactly its files."""
+        """Whether the folder of ``answer`` exists and holds exactly its files.
+
+        When the version has deleted rows, the folder must also hold exactly one file of
+        them, with as many rows as the version deletes (its footer is read, not its rows:
+        this runs at every poll).
+        """
         folder = self.folder_of(program, answer)
         try:
-            return sorted(os.listdir(folder)) == self.expected_names(answer)
-        except OSError:
+            if sorted(os.listdir(folder)) != self.expected_names(answer):
+                return False
+            if not answer.has_deletions:
+                return True
+            deleted = folder / DELETED_FOLDER
+            return (os.listdir(deleted) == [DELETED_FILE]
+                    and pq.read_metadata(deleted / DELETED_FILE).num_rows
+                    == sum(len(r) for r in answer.deleted.values()))
+        except (OSError, pa.ArrowException):
             return False
 
     def ensure(self, program: str, answer: AnswerVersion) -> Path:
@@ -111,6 +154,8 @@ class LinkFolders:
             for i, uri in enumerate(answer.files):
                 source = local_path(uri)
                 self._place(source, building / _link_name(i, source), answer)
+            if answer.has_deletions:
+                self._write_deleted(building / DELETED_FOLDER, answer)
             building.chmod(READ_ONLY_DIR)
             if target.exists():  # damaged (say a BI user wrote into it as root): replaced
                 _make_writable(target)
@@ -141,7 +186,14 @@ class LinkFolders:
         except FileNotFoundError as e:
             raise StorageError(f"file {source} of version {answer.version} of the answer of view "
                                f"{answer.view} is gone (vacuumed?); that version cannot be served") from e
-        name.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+        name.chmod(READ_ONLY_FILE)
+
+    def _write_deleted(self, folder: Path, answer: AnswerVersion) -> None:
+        """Writes the deleted rows of ``answer`` into ``folder``, read-only like the links."""
+        folder.mkdir()
+        pq.write_table(self.deleted_rows(answer), folder / DELETED_FILE)
+        (folder / DELETED_FILE).chmod(READ_ONLY_FILE)
+        folder.chmod(READ_ONLY_DIR)
 
     def sweep(self, in_use: set[Path], grace_s: float, now: float | None = None) -> list[Path]:
         """Deletes version folders unused for ``grace_s`` seconds; returns those deleted.

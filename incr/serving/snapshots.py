@@ -12,7 +12,11 @@ takes the program's ledger (which batch belongs to which table) and the tables V
 A :class:`ProgramSnapshot` is then, for a batch B every view has applied through, each
 view's answer version at B with its exact Parquet file list and schema: what a reader that
 is not Delta-aware must be given instead of the answer's folder, which holds the files of
-every version ever written (a plain Parquet glob over it counts old rows again).
+every version ever written (a plain Parquet glob over it counts old rows again).  A
+version's files may also hold rows its Delta deletion vectors delete (incr marks the old
+rows of the groups a batch changed instead of rewriting their files), so each version comes
+with the positions of those rows too (:attr:`AnswerVersion.deleted`), and every reader built
+from it leaves them out by file and position.
 :class:`Snapshots` finds them: the live batches, the latest batch every view has applied
 through (:meth:`Snapshots.latest_batch`), and the last few snapshots a BI user may pin
 (:meth:`Snapshots.recent`).
@@ -27,26 +31,36 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from incr.errors import StorageError
 from incr.runtime.ledger import Ledger
-from incr.runtime.store import DeltaStore, commit_batches, trusted_commits
+from incr.runtime.store import DeltaStore, commit_batches, deleted_positions, trusted_commits
 
 if TYPE_CHECKING:
     from incr.compiler import CompiledProgram
 
-#: Reader features that make a version's file list differ from its rows (deleted rows kept
-#: in files, renamed columns): such a table cannot be served from its files.
-UNSERVABLE_FEATURES = frozenset({"deletionVectors", "columnMapping"})
-#: File lists kept per process: one entry per (view, version) asked for recently.
+#: Reader features that make a version's files differ from its rows in a way serving does
+#: not undo (renamed columns): such a table cannot be served from its files.  Deletion
+#: vectors are served: :attr:`AnswerVersion.deleted` lists the rows to leave out.
+UNSERVABLE_FEATURES = frozenset({"columnMapping"})
+#: Columns of :meth:`AnswerVersion.deleted_rows`: a deleted row's file and its position there.
+DELETED_SCHEMA = pa.schema([pa.field("file_name", pa.string(), nullable=False),
+                            pa.field("row_index", pa.int64(), nullable=False)])
+#: File lists kept per process: one entry per (view, version) asked for recently ...
 _KEPT_FILE_LISTS = 4096
+#: ... holding at most this many deleted positions in all (8 bytes each): a large answer's
+#: vectors may delete millions of rows before it is compacted.
+_KEPT_DELETED_ROWS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,13 @@ class AnswerVersion:
             snapshot's that changed the view).
         files: absolute paths (or URIs, for remote tables) of the version's Parquet files.
         schema: the version's schema.
-        rows: rows of the version, from the log's file statistics (None: not recorded).
+        rows: live rows of the version: the log's file statistics less the rows deletion
+            vectors delete (None: not recorded).
+        deleted: the rows the version's deletion vectors delete, as positions in their file
+            (int64, from 0, sorted), by the file as ``files`` spells it; files without
+            deleted rows are absent.  The files hold these rows still, so a reader given
+            the files must leave them out.  Not compared: a version's deletions follow from
+            its table and version.
     """
 
     view: str
@@ -97,6 +117,32 @@ class AnswerVersion:
     files: tuple[str, ...]
     schema: pa.Schema
     rows: int | None
+    deleted: Mapping[str, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def has_deletions(self) -> bool:
+        """Whether some file of the version holds deleted rows (its files alone show too many)."""
+        return any(len(rows) for rows in self.deleted.values())
+
+    def deleted_rows(self, name: Callable[[int, str], str]) -> pa.Table:
+        """Every deleted row as (``file_name``, ``row_index``), sorted (:data:`DELETED_SCHEMA`).
+
+        Args:
+            name: the name a reader knows the file by, from its index in ``files`` and its
+                path there (its link's name in a version folder, its path for DuckDB):
+                the rows are matched on the name the reader reports.
+        """
+        names, positions = [], []
+        for i, file in enumerate(self.files):
+            rows = self.deleted.get(file)
+            if rows is not None and len(rows):
+                names.append(np.full(len(rows), name(i, file), dtype=object))
+                positions.append(np.sort(np.asarray(rows, dtype=np.int64)))
+        if not names:
+            return DELETED_SCHEMA.empty_table()
+        table = pa.table([pa.array(np.concatenate(names), pa.string()),
+                          pa.array(np.concatenate(positions), pa.int64())], schema=DELETED_SCHEMA)
+        return table.sort_by([("file_name", "ascending"), ("row_index", "ascending")])
 
 
 @dataclass(frozen=True)
@@ -158,8 +204,7 @@ class Snapshots:
         self.ledger = Ledger(self.store, self.warehouse / "_incr" / layout.name / "ledger")
         self._batches: tuple[tuple[int, str], ...] = ()  # (batch, table) of live batches
         self._logs: dict[str, _AnswerLog] = {v.view: _AnswerLog() for v in layout.views}
-        self._files: OrderedDict[tuple[str, int], tuple[tuple[str, ...], pa.Schema, int | None]] = \
-            OrderedDict()
+        self._versions: OrderedDict[tuple[str, int], AnswerVersion] = OrderedDict()
         self.refresh()
 
     def answer_path(self, view: str) -> Path:
@@ -253,9 +298,7 @@ class Snapshots:
                 raise StorageError(f"view {v.view} of program {self.layout.name} has no answer "
                                    f"at batch {batch}")
             version, made_by = found
-            path = self.answer_path(v.view)
-            files, schema, rows = self._file_list(v.view, path, version)
-            answers.append(AnswerVersion(v.view, str(path), version, made_by, files, schema, rows))
+            answers.append(self._answer_version(v.view, version, made_by))
         return ProgramSnapshot(self.layout.name, batch, tuple(answers))
 
     def latest(self) -> ProgramSnapshot | None:
@@ -276,32 +319,59 @@ class Snapshots:
                 out.append(self.snapshot(seq))
         return out
 
-    def _file_list(self, view: str, path: Path,
-                   version: int) -> tuple[tuple[str, ...], pa.Schema, int | None]:
-        """Files, schema and rows of one version (kept: a version never changes)."""
+    def _answer_version(self, view: str, version: int, batch: int) -> AnswerVersion:
+        """One version of ``view``'s answer (kept: a version never changes)."""
         key = (view, version)
-        kept = self._files.get(key)
-        if kept is not None:
-            self._files.move_to_end(key)
+        kept = self._versions.get(key)
+        if kept is not None and kept.batch == batch:
+            self._versions.move_to_end(key)
             return kept
-        try:
-            dt = DeltaTable(str(path), version=version)
-        except DeltaError as e:
-            raise StorageError(f"version {version} of the answer of view {view} at {path} cannot "
-                               f"be read (its log may have been cleaned up): {e}") from e
-        features = set(dt.protocol().reader_features or []) & UNSERVABLE_FEATURES
-        if features:
-            raise StorageError(f"the answer of view {view} at {path} uses "
-                               f"{', '.join(sorted(features))}: its files alone do not give its "
-                               f"rows, so it cannot be served to readers that are not Delta-aware")
-        if dt.metadata().partition_columns:
-            raise StorageError(f"the answer of view {view} at {path} is partitioned; incr writes "
-                               f"answers unpartitioned and serves only those")
-        schema = pa.schema(dt.schema().to_arrow())
-        counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
-        rows = None if None in counts else sum(counts)
-        kept = (tuple(dt.file_uris()), schema, rows)
-        self._files[key] = kept
-        if len(self._files) > _KEPT_FILE_LISTS:
-            self._files.popitem(last=False)
+        kept = answer_version(view, self.answer_path(view), version, batch)
+        self._versions[key] = kept
+        while len(self._versions) > 1 and (
+                len(self._versions) > _KEPT_FILE_LISTS
+                or sum(_deleted_count(a) for a in self._versions.values()) > _KEPT_DELETED_ROWS):
+            self._versions.popitem(last=False)
         return kept
+
+
+def _deleted_count(answer: AnswerVersion) -> int:
+    return sum(len(rows) for rows in answer.deleted.values())
+
+
+def answer_version(view: str, path: Path, version: int, batch: int) -> AnswerVersion:
+    """Version ``version`` of the answer table at ``path``, read from its log.
+
+    Its files, schema, live rows and the rows its deletion vectors delete.
+
+    Args:
+        view: the view's name.
+        path: the answer table's root.
+        version: the Delta version.
+        batch: the batch whose commit made the version.
+
+    Raises:
+        StorageError: the version cannot be read, renames columns or is partitioned.
+    """
+    try:
+        dt = DeltaTable(str(path), version=version)
+    except DeltaError as e:
+        raise StorageError(f"version {version} of the answer of view {view} at {path} cannot "
+                           f"be read (its log may have been cleaned up): {e}") from e
+    features = set(dt.protocol().reader_features or []) & UNSERVABLE_FEATURES
+    if features:
+        raise StorageError(f"the answer of view {view} at {path} uses "
+                           f"{', '.join(sorted(features))}: its files alone do not give its "
+                           f"rows, so it cannot be served to readers that are not Delta-aware")
+    if dt.metadata().partition_columns:
+        raise StorageError(f"the answer of view {view} at {path} is partitioned; incr writes "
+                           f"answers unpartitioned and serves only those")
+    files = tuple(dt.file_uris())
+    listed = set(files)
+    # The store's own reading of the vectors (keyed as file_uris spells the files), the one
+    # incr's Spark reads apply: serving leaves out exactly the rows a batch's reads do.
+    deleted = {f: rows for f, rows in deleted_positions(dt).items() if f in listed and len(rows)}
+    counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
+    rows = None if None in counts else sum(counts) - sum(len(r) for r in deleted.values())
+    return AnswerVersion(view, str(path), version, batch, files, pa.schema(dt.schema().to_arrow()),
+                         rows, MappingProxyType(deleted))

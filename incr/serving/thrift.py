@@ -23,7 +23,10 @@ Clients only read: the read-only guard (:mod:`~incr.serving.guard`, a Spark sess
 extension) refuses, after analysis and before anything runs, every statement of a client's
 session that is not a read of the served folders (DDL, writes, ``INSERT OVERWRITE
 DIRECTORY``, ``ADD JAR``, ``TRANSFORM``, ``reflect``, files read from elsewhere); SHOW,
-DESCRIBE, EXPLAIN, USE and SET work.  The server's own session is the only one trusted.
+DESCRIBE, EXPLAIN, USE and SET work.  The served folders are the warehouse and the work
+folder, which holds the version folders: a view of a version with deleted rows reads its
+deleted rows' file there too (:mod:`~incr.serving.links`), so it passes the guard like
+the data files.  The server's own session is the only one trusted.
 There are no per-user grants: every authenticated client may read every served answer, so
 the server's OS user should still have read-only access to the warehouse (defence in
 depth), and the endpoint face BI service accounts.  Authentication is HiveServer2's:
@@ -209,6 +212,7 @@ class BiServer:
             (self.options.work / "hive" / folder).mkdir(parents=True, exist_ok=True)
         build_guard(self.options.work / "guard")
         self.spark = spark_session(None, spark_conf(self.options))
+        # Clients read the version folders (data links, deleted rows) under the work folder.
         arm(self.spark, [self.warehouse, self.options.work])
         self.catalog = SparkCatalog(self.spark, self.links)
         self.refresh_safely()

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from incr.config import Settings
 
-#: By change whenever possible (MERGE whatever it reaches), when the MERGE pays (the
-#: default), and never (every answer rewritten whole).
+#: Answers by change with deletion vectors (the default); by change copying the files it
+#: touches, whatever they hold or only while that pays; and never (every answer rewritten
+#: whole).  State merges by deletion vectors in the first two (whatever the table's size;
+#: by default only above INCR_STATE_VECTOR_ROWS), copying files (delta-rs's MERGE of h(Δ))
+#: in the others.
 ANSWER_CONFIGS = (
-    Settings(answer_merge_reach=1.0),
-    Settings(),
-    Settings(answer_by_change=False),
+    Settings(state_vector_rows=0),
+    Settings(answer_deletion_vectors=False, answer_merge_reach=1.0, state_vector_rows=0),
+    Settings(answer_deletion_vectors=False, state_deletion_vectors=False),
+    Settings(answer_by_change=False, state_deletion_vectors=False),
 )

@@ -173,17 +173,22 @@ def test_answer_merges_stay_few_files_and_sorted(spark, tmp_path, monkeypatch, l
     assert ("overwrite" in written) == (local_state_rows == 1)
 
 
-def test_a_merge_is_chosen_only_while_it_reaches_few_answer_files(spark, tmp_path):
+@pytest.mark.parametrize("vectors", [False, True], ids=["copy_on_write", "deletion_vectors"])
+def test_a_merge_is_chosen_only_while_it_reaches_few_answer_files(spark, tmp_path, vectors):
     """Copy on write: a MERGE rewrites every file a touched group may be in.  With the answer
     in several key-sorted files, a batch of nearby keys MERGEs; one touching keys across
-    the whole range rewrites the answer instead (cheaper than copying every file)."""
+    the whole range rewrites the answer instead (cheaper than copying every file).  With
+    deletion vectors (the default) both MERGE, and no file is rewritten: the old rows are
+    marked deleted where they are, and the new ones added in one file."""
     from dataclasses import replace
 
     import incr.runtime.answer as answer_module
 
     compiled = compile_text(PROGRAM, path="answers.sql", name="answers")
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, config=Settings())
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark,
+                        config=Settings(answer_deletion_vectors=vectors))
+    path = warehouse / "answers" / "keys"
     small_files = 4096  # bytes: the answer of a few thousand keys spans many files
     original = answer_module.ANSWER_TARGET_FILE_BYTES
     answer_module.ANSWER_TARGET_FILE_BYTES = small_files
@@ -191,14 +196,22 @@ def test_a_merge_is_chosen_only_while_it_reaches_few_answer_files(spark, tmp_pat
         _land(landing, 0, [{"k": f"k{i:05d}", "g": 1, "v": 1} for i in range(5000)], delete=False)
         assert pipeline.run().rejected is None
         store = DeltaStore()
-        assert len(store.table(warehouse / "answers" / "keys").file_uris()) > 4
+        first = set(store.table(path).file_uris())
+        assert len(first) > 4
         _land(landing, 1, [{"k": "k00007", "g": 1, "v": 1}], delete=False)  # one key: few files
         _land(landing, 2, [{"k": f"k{i:05d}x", "g": 1, "v": 1} for i in range(0, 5000, 50)],
               delete=False)  # keys across the whole range: every file
         modes = [{v.view: v.answer_mode for v in b.views} for b in pipeline.run().applied]
     finally:
         answer_module.ANSWER_TARGET_FILE_BYTES = original
-    assert modes[0]["keys"] == "change" and modes[1]["keys"] == "rewrite"
+    if vectors:
+        assert modes[0]["keys"] == "change" and modes[1]["keys"] == "change"
+        files = set(store.table(path).file_uris())
+        assert first <= files and len(files - first) == 2  # every file kept, one added per batch
+        deleted, held = store.deleted_rows(path)
+        assert deleted == 1 and held == 5000 + 1 + 100  # k00007's old row; the others were new
+    else:
+        assert modes[0]["keys"] == "change" and modes[1]["keys"] == "rewrite"
     assert replace(Settings(), answer_merge_reach=1.0).answer_merge_reach == 1.0
     live = pa.Table.from_pylist(
         [{"k": f"k{i:05d}", "g": 1, "v": 1} for i in range(5000)] + [{"k": "k00007", "g": 1, "v": 1}]

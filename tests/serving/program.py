@@ -10,11 +10,14 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 
 from incr.compiler import compile_text
 from incr.oracle import live_rows, oracle_answer
+from incr.serving.snapshots import AnswerVersion
 
 PROGRAM = """
 CREATE TABLE sales (region VARCHAR, amount BIGINT);
@@ -27,6 +30,7 @@ CREATE VIEW returned AS SELECT COUNT(*) AS n, SUM(amount) AS total FROM returns;
 """
 NAME = "shop"
 VIEWS = ("by_region", "top_regions", "returned")
+APPLIED = 5  # batches 0..4 applied in the shared warehouse (conftest's ``base``)
 SCHEMA = pa.schema([("region", pa.string()), ("amount", pa.int64())])
 
 # (table, kind, rows): batch N is the N-th entry (one file landed and applied at a time).
@@ -86,3 +90,18 @@ def oracle(view: str, batch: int) -> pa.Table:
                     for t, k, data in BATCHES[: batch + 1] if t == table and k == kind]
         tables[table] = live_rows(rows("insert"), rows("delete"), SCHEMA)
     return oracle_answer(plan.select, tables)
+
+
+def file_rows(answer: AnswerVersion, deletions: bool = True) -> pa.Table:
+    """An answer version's rows read from its files alone (pyarrow, not Delta-aware), less
+    the rows its deletion vectors delete by position unless ``deletions`` is False."""
+    parts = []
+    for file in answer.files:
+        rows = pq.read_table(file, schema=answer.schema)
+        gone = answer.deleted.get(file)
+        if deletions and gone is not None:
+            keep = np.ones(rows.num_rows, dtype=bool)
+            keep[gone] = False
+            rows = rows.filter(pa.array(keep))
+        parts.append(rows)
+    return pa.concat_tables(parts) if parts else answer.schema.empty_table()
