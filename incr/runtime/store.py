@@ -874,7 +874,7 @@ class _VectorReader:
     inline (incr's), else as delta-rs reads the table (another writer's, in a file)."""
 
     def __init__(self, dt: DeltaTable, root: Path):
-        self._dt, self._root = dt, root
+        self._dt, self._root = dt, root.resolve()  # delta-rs names files by absolute path
         self._foreign: dict[str, np.ndarray] | None = None
 
     def __call__(self, name: str, add: Mapping[str, Any]) -> np.ndarray:

@@ -250,3 +250,41 @@ def _delete_positions(store: DeltaStore, path: Path, name: str, positions: np.nd
                                              if "deletionVector" in add else {})}},
         {"add": {**vector, "modificationTime": add["modificationTime"], "dataChange": True,
                  "deletionVector": deletion.inline(np.union1d(before, positions))}}])
+
+
+def test_a_vector_another_writer_stored_in_a_file_is_kept(tmp_path, monkeypatch):
+    """A vector in a file of its own (storage type ``u``, as Spark's Delta writes them) is read
+    through delta-rs, and a MERGE by vectors over it keeps its deletions (the table's path
+    given relative, as a user may)."""
+    import base64
+    import struct
+    import uuid
+    import zlib
+
+    store = DeltaStore()
+    monkeypatch.chdir(tmp_path)
+    path = Path("t")
+    _table(path, [{"k": f"k{i}", "g": 0, "v": 1.0} for i in range(6)], store)
+    store.enable_deletion_vectors(path)
+    name, add = next(iter(store.live_adds(path).items()))
+    data = deletion.serialize([1, 4])  # k1 and k4, by another writer
+    token = uuid.uuid4()
+    with open(path / f"deletion_vector_{token}.bin", "wb") as f:
+        f.write(bytes([1]) + struct.pack(">i", len(data)) + data + struct.pack(">I", zlib.crc32(data)))
+    z85 = base64.b85encode(token.bytes).decode().translate(str.maketrans(
+        "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~",
+        "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"))
+    vector = {"storageType": "u", "pathOrInlineDv": z85, "offset": 1, "sizeInBytes": len(data),
+              "cardinality": 2}
+    version = DeltaTable(str(path)).version()
+    deltalog.commit(path, version + 1, [
+        {"commitInfo": {"operation": "DELETE"}},
+        {"remove": {"path": name, "dataChange": True, "partitionValues": {}, "size": add["size"]}},
+        {"add": {**{k: add[k] for k in ("path", "partitionValues", "size", "modificationTime", "stats")},
+                 "dataChange": True, "deletionVector": vector}}])
+    assert sorted(store.read(path).column("k").to_pylist()) == ["k0", "k2", "k3", "k5"]
+    _merge(store, path, [("k2", 0)], [{"k": "k2", "g": 0, "v": 2.0}], 1)
+    rows = _rows(store.read(path))
+    assert rows == [("k0", 0, 1.0), ("k2", 0, 2.0), ("k3", 0, 1.0), ("k5", 0, 1.0)]
+    assert store.compact_files(path, ("k",), 0, small_bytes=1 << 20, deleted_share=0.25) > 0
+    assert _rows(store.read(path)) == rows
