@@ -44,9 +44,6 @@ from incr.compiler.sqlgen import merge_ident, render_old_rows
 from incr.config import (
     ANSWER_COMPACT_FILES,
     ANSWER_TARGET_FILE_BYTES,
-    DELETED_ROWS,
-    DELETED_SHARE,
-    SMALL_FILE_BYTES,
 )
 from incr.runtime import sparkhash
 from incr.runtime.engine import DRIVER, Engine, Engines, log
@@ -209,9 +206,7 @@ class AnswerTable:
         from incr.runtime.session import compact
 
         if has_deletion_vectors(self.store.table(self.path)):
-            self.store.compact_files(self.path, self._sort_by(), ANSWER_COMPACT_FILES,
-                                     small_bytes=SMALL_FILE_BYTES, deleted_share=DELETED_SHARE,
-                                     deleted_rows=DELETED_ROWS)
+            self.store.compact_files(self.path, self._sort_by(), ANSWER_COMPACT_FILES)
             return
         compact(self.engines, self.store, self.path, self._sort_by(), ANSWER_COMPACT_FILES,
                 metadata=self._metadata(batch), vacuum=False,

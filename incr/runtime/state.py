@@ -38,7 +38,7 @@ from incr.compiler.sqlgen import (
     render_rows,
     render_stage_delta,
 )
-from incr.config import COMPACT_FILES_PER_BUCKET, DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES
+from incr.config import COMPACT_FILES_PER_BUCKET
 from incr.errors import StorageError
 from incr.runtime.engine import per_engine
 from incr.runtime.landing import DELETE
@@ -207,10 +207,7 @@ class ViewState:
         path = self.path(table.name)
         sort_by = (BUCKET, *table.key_columns)
         if has_deletion_vectors(self.store.table(path)):
-            return self.store.compact_files(path, sort_by, COMPACT_FILES_PER_BUCKET,
-                                            small_bytes=SMALL_FILE_BYTES,
-                                            deleted_share=DELETED_SHARE,
-                                            deleted_rows=DELETED_ROWS) > 0
+            return self.store.compact_files(path, sort_by, COMPACT_FILES_PER_BUCKET) > 0
         limit = COMPACT_FILES_PER_BUCKET * self.stage_of(table.name).buckets_of(table.name)
         if self.engines is None:
             return self.store.compact(path, sort_by, limit)

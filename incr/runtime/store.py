@@ -48,6 +48,7 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from incr.compiler.plan import BUCKET
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
+from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES
 from incr.errors import OutOfRangeError, StorageError
 from incr.runtime import deletion, deltalog
 
@@ -580,7 +581,8 @@ class DeltaStore:
         return True
 
     def compact_files(self, path: str | Path, sort_by: tuple[str, ...], max_files: int, *,
-                      small_bytes: int, deleted_share: float, deleted_rows: int = 1) -> int:
+                      small_bytes: int = SMALL_FILE_BYTES, deleted_share: float = DELETED_SHARE,
+                      deleted_rows: int = DELETED_ROWS) -> int:
         """Compacts a table with deletion vectors file by file; returns the files rewritten.
 
         In each partition holding more than ``max_files`` files, the files smaller than

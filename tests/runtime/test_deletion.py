@@ -211,7 +211,7 @@ def test_compaction_rewrites_only_the_files_that_need_it(spark, tmp_path):
     before = set(DeltaTable(str(path)).file_uris())
     small = {f for f in before if Path(f).stat().st_size < 2000}
     assert victim not in small and len(small) > 4 and len(before - small) >= 2
-    assert store.compact_files(path, ("_bucket", "k"), 4, small_bytes=2000,
+    assert store.compact_files(path, ("_bucket", "k"), 4, small_bytes=2000, deleted_rows=1,
                                deleted_share=0.25) == len(small) + 1
     after = set(DeltaTable(str(path)).file_uris())
     assert not (small | {victim}) & after  # rewritten
