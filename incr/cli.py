@@ -80,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("explain", help="print h, ⊗, ⊗̃, ⊗̂, a and the state schema of each view")
     program_arg(sp)
     sp.add_argument("--view", help="only this view")
+    paths(sp, landing=False)  # where a run stored state: its column types are shown
     sp.set_defaults(func=cmd_explain)
 
     sp = sub.add_parser("run", help="apply every landed batch not applied yet")
@@ -232,10 +233,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from incr.compiler.explain import explain_plan, explain_program
 
     compiled = compile_program(args.program)
+    stored = {}
+    if args.warehouse:  # the types a run stored, where it has run (reading the Delta logs only)
+        from incr.runtime.report import stored_types
+
+        stored = {p.view: stored_types(Path(args.warehouse), p) for p in compiled.plans}
     if args.view:
-        print(explain_plan(compiled.plan(args.view)))
+        print(explain_plan(compiled.plan(args.view), stored.get(args.view)))
     else:
-        print(explain_program(compiled), end="")
+        print(explain_program(compiled, stored), end="")
     return 0
 
 

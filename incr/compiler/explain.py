@@ -11,7 +11,7 @@ the stored schema, and agree for the declared types.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from incr.algebra.exact import BandSum
 from incr.algebra.monoids import Count, Max, Min, Moments, Sum, WideSum
@@ -47,9 +47,16 @@ from incr.compiler.sqlgen import (
 )
 from incr.compiler.types import infer_type_name
 
+#: Column types of the state tables as stored: table name -> column -> SQL type (see
+#: :func:`~incr.runtime.report.stored_types`); absent tables are shown with inferred types.
+Stored = Mapping[str, Mapping[str, str]]
 
-def explain_program(compiled: CompiledProgram) -> str:
-    """The explanation of every view of a program."""
+
+def explain_program(compiled: CompiledProgram, stored: Mapping[str, Stored] | None = None) -> str:
+    """The explanation of every view of a program.
+
+    ``stored``: per view, its state tables' types as a run stored them.
+    """
     prog = compiled.program
     header = [f"program {prog.name} ({prog.path})",
               f"  dialect {prog.options.dialect}; {prog.options.buckets} hash buckets per state table"]
@@ -57,11 +64,16 @@ def explain_program(compiled: CompiledProgram) -> str:
         cols = ", ".join(f"{c.name} {c.type}{' NOT NULL' if c.not_null else ''}" for c in t.columns)
         mode = "append-only" if t.append_only else "inserts and deletes"
         header.append(f"  source {t.name}({cols}) -- {mode}")
-    return "\n".join(header) + "\n\n" + "\n\n".join(explain_plan(p) for p in compiled.plans) + "\n"
+    return "\n".join(header) + "\n\n" + "\n\n".join(
+        explain_plan(p, (stored or {}).get(p.view)) for p in compiled.plans) + "\n"
 
 
-def explain_plan(plan: IncrementalPlan) -> str:
-    """The explanation of one view: each stage, producers first, then the answer."""
+def explain_plan(plan: IncrementalPlan, stored: Stored | None = None) -> str:
+    """The explanation of one view: each stage, producers first, then the answer.
+
+    A state table in ``stored`` shows the column types a run stored (Spark's: a SUM of a
+    DECIMAL(15,2) is a DECIMAL(25,2)), marked so; the others show sqlglot's inference.
+    """
     out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, answer {plan.answer_fingerprint})"]
     out.append(_section("query", plan.select.strip()))
     if len(plan.stages) > 1:
@@ -73,7 +85,7 @@ def explain_plan(plan: IncrementalPlan) -> str:
         out.append(_section("signed batch (stages that join or read another stage take Δ as "
                             "signed rows)", render_signed("batch", 1) + "\n-- -1 for a delete batch"))
     for stage in plan.stages:
-        out += _explain_stage(plan, stage)
+        out += _explain_stage(plan, stage, stored or {})
     views = {t.name: f"state.{t.name}" for t in plan.main_tables}
     out.append(_section("a  (answer)", plan.answer_sql(views)))
     publish = plan.publish
@@ -120,7 +132,7 @@ def explain_plan(plan: IncrementalPlan) -> str:
     return "\n".join(out)
 
 
-def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
+def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> list[str]:
     def title(text: str) -> str:
         return f"[{stage.name}] {text}" if stage.name else text
 
@@ -135,7 +147,8 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan) -> list[str]:
                                 "input and only another stage reads it,\nso each batch hands on "
                                 "h(Δ) as its output change and no state of these rows is kept"))
             continue
-        out.append(_section(title(f"state table {table.name}"), _schema(table, plan, stage)))
+        out.append(_section(title(f"state table {table.name}"),
+                            _schema(table, stage, types.get(table.name))))
     if not stage.direct:
         kinds = "branches (bag union)" if len(stage.branches) > 1 else "join"
         out.append(_section(title(kinds), "\n".join(str(b) for b in stage.branches)))
@@ -235,26 +248,35 @@ def _section(title: str, body: str) -> str:
     return f"  {title}:\n" + "\n".join(f"    {line}" for line in lines)
 
 
-def _schema(table: StateTable, plan: IncrementalPlan, stage: StagePlan) -> str:
+def _schema(table: StateTable, stage: StagePlan, stored: Mapping[str, str] | None) -> str:
+    def typed(column: str, inferred: str) -> str:
+        return f"{column:<14} {(stored or {}).get(column, inferred):<10}"
+
     hashed = ", ".join(table.bucket_columns) if table.side_of else "θ"
     buckets = stage.buckets_of(table.name)
-    rows = [f"{BUCKET:<14} INT        partition: pmod(xxhash64({hashed}), {buckets})"]
+    rows = [f"{typed(BUCKET, 'INT')} partition: pmod(xxhash64({hashed}), {buckets})"]
     for k in table.keys:
         expr = Scalar.column(k.name) if table.side_of else k.expr  # side keys: joined names
-        rows.append(f"{k.name:<14} {infer_type(expr, stage.source, stage.source_columns):<10} key: {k.expr}")
+        rows.append(f"{typed(k.name, infer_type(expr, stage.source, stage.source_columns))} "
+                    f"key: {k.expr}")
     if table.exact_of is not None and table.value_key is not None:
-        rows.append(f"{table.value_key.name:<14} {'INT':<10} key: band of {table.exact_of} "
+        rows.append(f"{typed(table.value_key.name, 'INT')} key: band of {table.exact_of} "
                     f"(|x| in [2^(32b), 2^(32b+32)); NaN 64, +Inf 65, -Inf 66)")
     elif table.value_key is not None:
         vk = table.value_key
-        rows.append(f"{vk.name:<14} {infer_type(vk.expr, stage.source, stage.source_columns):<10} "
+        rows.append(f"{typed(vk.name, infer_type(vk.expr, stage.source, stage.source_columns))} "
                     f"key: value of {vk.expr} (bag of live values)")
+    for k in table.row_keys:
+        rows.append(f"{typed(k.name, infer_type(k.expr, stage.source, stage.source_columns))} "
+                    f"key: {k.expr} (a row of the window partition θ)")
     for v in table.values:
         for col, typ in zip(v.columns, _value_types(v, stage)):
-            rows.append(f"{col:<14} {typ:<10} {v.describe()}")
+            rows.append(f"{typed(col, typ)} {v.describe()}")
     vanish = "rows whose _n reaches 0 are deleted" if table.vanishes else \
         "the single global row stays (an empty input still answers one row)"
     rows.append(f"-- sorted by θ within buckets; {vanish}")
+    rows.append("-- types as stored by the last run" if stored else
+                "-- types inferred (`incr explain --warehouse W` shows those a run stored)")
     return "\n".join(rows)
 
 

@@ -11,6 +11,8 @@ Operators (children first):
 * ``Aggregate(child, keys, aggs)``: GROUP BY keys (empty for a global aggregate).
 * ``Explode(child, multiplicity)``: repeats each row ``multiplicity`` times; a bag kept as
   (row, count) pairs becomes a bag of rows again.
+* ``Window(child, partition)``: the rows below are grouped into window partitions by the
+  columns ``partition``; window functions in the Project above are computed per partition.
 * ``Project(child, exprs)``: the SELECT list.
 * ``Sort(child, keys)`` and ``Limit(child, count, offset)``: ORDER BY / LIMIT.
 """
@@ -168,6 +170,23 @@ class Explode(Rel):
     @override
     def label(self) -> str:
         return f"Explode ×{self.multiplicity if self.times is None else self.times.sql}"
+
+
+@dataclass(frozen=True)
+class Window(Rel):
+    """``child``'s rows, grouped into window partitions by its columns ``partition``.
+
+    The window functions of the Project above read whole partitions, so the partition is
+    the lineage key: a batch changes the windows of the partitions it touches only.  Empty
+    when some window has no PARTITION BY (one partition: every row).
+    """
+
+    child: Rel
+    partition: tuple[str, ...]
+
+    @override
+    def label(self) -> str:
+        return f"Window partition=[{', '.join(self.partition) or '()'}]"
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ class StateTable:
     side_of: str | None = None  # join input alias whose rows this table keeps (a side table)
     bucket_keys: tuple[str, ...] | None = None  # columns hashed into _bucket (default: keys)
     exact_of: Scalar | None = None  # the DOUBLE whose exact sum this table keeps by band
+    row_keys: tuple[Named, ...] = ()  # a window stage's rows: the columns beside θ (see Answer)
 
     @property
     def bucket_columns(self) -> tuple[str, ...]:
@@ -94,7 +95,7 @@ class StateTable:
     def key_columns(self) -> tuple[str, ...]:
         """Columns that identify a state row."""
         extra = (self.value_key.name,) if self.value_key is not None else ()
-        return tuple(k.name for k in self.keys) + extra
+        return tuple(k.name for k in self.keys) + extra + tuple(k.name for k in self.row_keys)
 
     @property
     def value_columns(self) -> tuple[str, ...]:
@@ -195,7 +196,12 @@ class BagJoin:
 
 @dataclass(frozen=True)
 class Answer:
-    """a(state): reads ``main`` (alias m) and the bags, then HAVING, ORDER BY, LIMIT."""
+    """a(state): reads ``main`` (alias m) and the bags, then HAVING, ORDER BY, LIMIT.
+
+    A window stage's answer also reads ``rows`` (alias r): the bag of its rows per θ (the
+    window partition), joined to ``main`` by θ and exploded by ``explode`` (their counts)
+    before the window functions in ``exprs`` are computed over them.
+    """
 
     main: str
     keys: tuple[str, ...]
@@ -207,6 +213,7 @@ class Answer:
     limit: int | None = None
     offset: int = 0
     explode: Scalar | None = None
+    rows: str | None = None
 
 
 @dataclass(frozen=True)
@@ -576,6 +583,7 @@ class IncrementalPlan:
                 [t.name, [str(k) for k in t.keys], str(t.value_key), t.vanishes, t.side_of,
                  t.bucket_keys,
                  [[v.columns, v.monoid.name, str(v.arg)] for v in t.values]]
+                + ([[str(k) for k in t.row_keys]] if t.row_keys else [])
                 for t in s.tables
             ],
             "where": [str(q.where) for q in s.h],

@@ -18,7 +18,8 @@ touched row fell out, and an untouched group may now belong in): only then is a(
 recomputed over the whole state.  Its k rows are rewritten, which costs k rows.
 
 For the MERGE to find a group's answer rows, every column of θ must be an output column of
-the answer as it is (``SELECT region, sum(x) … GROUP BY region``); when one is not
+the answer as it is (``SELECT region, sum(x) … GROUP BY region``; for windows, θ is the
+PARTITION BY, and a touched partition's rows are all recomputed); when one is not
 (``SELECT sum(x) … GROUP BY region``) the rows of a group cannot be told apart from
 another's, and the answer is rewritten.  :func:`publish_mode` decides, with the reason
 ``incr explain`` prints.
@@ -64,6 +65,10 @@ class Publish:
 
 def publish_mode(answer: Answer) -> Publish:
     """Whether ``answer`` can be maintained by change, and why (not)."""
+    if not answer.grouped and answer.rows is not None:
+        return Publish(False, (), "a window without PARTITION BY reads every row, so any batch "
+                                  "may change every answer row; the answer is recomputed and "
+                                  "rewritten")
     if not answer.grouped:
         return Publish(False, (), "a global aggregate answers one row from the whole state; "
                                   "that row is rewritten")
@@ -86,6 +91,10 @@ def publish_mode(answer: Answer) -> Publish:
     keys = tuple((shown[k], k) for k in answer.keys)
     if answer.limit is not None:
         return _top(answer, keys)
+    if answer.rows is not None:
+        return Publish(True, keys, "windows are per partition: each batch MERGEs the answer rows "
+                                   "of the partitions it touched, their windows recomputed from "
+                                   f"their rows, matched on {', '.join(c for c, _ in keys)}")
     return Publish(True, keys, "a is per group: each batch MERGEs the answer rows of the groups "
                                f"it touched, matched on {', '.join(c for c, _ in keys)}")
 

@@ -15,14 +15,16 @@ back-quoted and NULL ordering is always spelled out.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 from typing import TYPE_CHECKING
 
 from incr.compiler.dialect import BUCKET, ROW_COUNT, SPARK, WEIGHT, Bucket, q
 from incr.compiler.dialect import live as plan_live
-from incr.compiler.ir import AntiJoin, Branch, EquiJoin, JoinInput, SortKey
+from incr.compiler.ir import AntiJoin, Branch, EquiJoin, JoinInput, Named, SortKey
 from incr.compiler.program import Column
 from incr.compiler.publish import GONE
+from incr.compiler.scalar import Scalar
 from incr.compiler.types import spark_type_name
 
 if TYPE_CHECKING:  # the plan imports this module: its classes are annotations here only
@@ -56,6 +58,7 @@ def render_h(hq: HQuery, batch_view: str, bucketed: bool = True) -> str:
     inner: list[str] = [f"{k.expr.render(SPARK)} AS {q(k.name)}" for k in table.keys]
     if table.value_key is not None:
         inner.append(f"{table.value_key.expr.render(SPARK)} AS {q(table.value_key.name)}")
+    inner += [f"{k.expr.render(SPARK)} AS {q(k.name)}" for k in table.row_keys]
     args: dict[str, str] = {}
     if hq.weighted:
         inner.append(q(WEIGHT))
@@ -272,6 +275,8 @@ def render_anti_delta(anti: AntiJoin, changes: str, side: str) -> str:
 
 def render_answer(answer: Answer, views: dict[str, str]) -> str:
     """a(state) over state tables registered as temporary views (``views[table]``)."""
+    if answer.rows is not None and answer.order:
+        return _ordered_windows(answer, views)
     select = ", ".join(f"{e.expr.render(SPARK)} AS {q(e.name)}" for e in answer.exprs)
     live = f" WHERE {plan_live(q(ROW_COUNT))}" if answer.grouped else ""
     sql = f"SELECT {select}\nFROM (SELECT * FROM {views[answer.main]}{live}) AS m"
@@ -285,6 +290,9 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
                     f" AS {bag.alias} ON {on}")
         else:
             sql += f"\nCROSS JOIN (SELECT {aggs} FROM {rows}) AS {bag.alias}"
+    if answer.rows is not None:  # a window stage: each partition's rows (see Answer)
+        on = " AND ".join(f"m.{q(k)} <=> r.{q(k)}" for k in answer.keys) or "true"
+        sql += f"\nJOIN (SELECT * FROM {views[answer.rows]}) AS r ON {on}"
     if answer.explode is not None:
         sql += (f"\nLATERAL VIEW explode(sequence(CAST(1 AS BIGINT), "
                 f"{answer.explode.render(SPARK)})) AS `_copy`")
@@ -292,6 +300,26 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
         sql += f"\nWHERE {answer.having.render(SPARK)}"
     if answer.order:
         sql += "\nORDER BY " + ", ".join(_sort_key(k) for k in answer.order)
+    if answer.limit is not None:
+        sql += f"\nLIMIT {answer.limit}"
+    if answer.offset:
+        sql += f"\nOFFSET {answer.offset}"
+    return sql
+
+
+def _ordered_windows(answer: Answer, views: dict[str, str]) -> str:
+    """A window stage's answer with ORDER BY.
+
+    Spark sorts by a window's value only through a column, so the windows are computed in a
+    subquery, with each sort key as a column.
+    """
+    keys = tuple(Named(f"_o{i}", k.expr) for i, k in enumerate(answer.order))
+    inner = replace(answer, exprs=answer.exprs + keys, order=(), limit=None, offset=0)
+    outer = replace(answer, order=tuple(replace(k, expr=Scalar.column(f"_o{i}"))
+                                        for i, k in enumerate(answer.order)))
+    sql = (f"SELECT {', '.join(q(e.name) for e in answer.exprs)} FROM (\n"
+           f"{render_answer(inner, views)}\n) AS `_windows`")
+    sql += "\nORDER BY " + ", ".join(_sort_key(k) for k in outer.order)
     if answer.limit is not None:
         sql += f"\nLIMIT {answer.limit}"
     if answer.offset:

@@ -14,6 +14,8 @@ ordering is always spelled out.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from incr.compiler.dialect import BUCKET, ROW_COUNT, SPARK, WEIGHT, q, render_expression
 from incr.compiler.dialect import live as plan_live
 from incr.compiler.ir import Named
@@ -66,6 +68,9 @@ def render_rows(answer: Answer, views: dict[str, str]) -> str:
     This is what a stage hands to the stages reading it: one row per group that passes
     HAVING (weight 1), or for a bag of rows each distinct row with its count.
     """
+    if answer.rows is not None:  # windows read every copy of a row: exploded, one each
+        return render_answer(replace(answer, order=(), limit=None, offset=0, exprs=answer.exprs + (
+            Named(WEIGHT, Scalar("CAST(1 AS BIGINT)")),)), views)
     weight = answer.explode.render(SPARK) if answer.explode is not None else "1"
     plain = Answer(answer.main, answer.keys, answer.grouped, answer.bags,
                    answer.exprs + (Named(WEIGHT, Scalar(f"CAST({weight} AS BIGINT)")),),

@@ -86,3 +86,33 @@ def _numeric(text: str) -> bool:
 
 
 __all__ = ["APP_ID", "describe_run", "format_table", "read_answer"]
+
+
+def stored_types(warehouse: Path, plan: IncrementalPlan,
+                 store: DeltaStore | None = None) -> dict[str, dict[str, str]]:
+    """The column types of ``plan``'s state tables as a run stored them (SQL spelling), for
+    ``incr explain --warehouse``; tables not created yet (or of another state fingerprint)
+    are left out."""
+    from incr.runtime.state import ViewState
+
+    store = store or DeltaStore()
+    state = ViewState(plan, store, warehouse)
+    out: dict[str, dict[str, str]] = {}
+    for table in plan.tables:
+        path = state.path(table.name)
+        if store.exists(path):
+            out[table.name] = {f.name: sql_type(f.type) for f in store.schema(path)}
+    return out
+
+
+def sql_type(t: pa.DataType) -> str:
+    """An Arrow type in the SQL spelling ``incr explain`` uses."""
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision}, {t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP"
+    names = {pa.int64(): "BIGINT", pa.int32(): "INT", pa.int16(): "SMALLINT", pa.int8(): "TINYINT",
+             pa.float64(): "DOUBLE", pa.float32(): "FLOAT", pa.bool_(): "BOOLEAN",
+             pa.date32(): "DATE", pa.string(): "VARCHAR", pa.large_string(): "VARCHAR",
+             pa.string_view(): "VARCHAR", pa.binary(): "BLOB"}
+    return names.get(t, str(t).upper())

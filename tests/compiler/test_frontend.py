@@ -10,6 +10,7 @@ that step's output with the expected text.  A step that raises renders as
 * ``refuse_unsupported``: ``accepted``, or the refusal.
 * ``decorrelate``: the rewritten query (sqlglot's pretty DuckDB SQL) and the output names
   it recorded.
+* ``split_windows``: the rewritten query (a window block over the plain block it reads).
 * ``split_stages``: every stage, producers first: name, output columns, what it reads.
 * ``split_joins``: the top stage's input relation: its columns, its branches (joins,
   anti-joins, padded inputs, per-branch filters) and the WHERE left to the block.
@@ -82,6 +83,11 @@ def render_compute_join_keys(case: Case) -> str:
     return q.tree.sql(dialect="duckdb", pretty=True)
 
 
+def render_split_windows(case: Case) -> str:
+    q = run_frontend(query_of(case), until="split_windows")
+    return q.tree.sql(dialect="duckdb", pretty=True)
+
+
 def render_decorrelate(case: Case) -> str:
     q = run_frontend(query_of(case), until="decorrelate")
     names = "(nothing nested: unchanged)" if q.output_names is None else ", ".join(q.output_names)
@@ -148,6 +154,7 @@ RENDER: dict[str, Callable[[Case], str]] = {
     "expand_grouping_sets": render_expand_grouping_sets,
     "compute_join_keys": render_compute_join_keys,
     "decorrelate": render_decorrelate,
+    "split_windows": render_split_windows,
     "split_stages": render_split_stages,
     "split_joins": render_split_joins,
     "resolve_names": render_resolve_names,
@@ -176,6 +183,11 @@ def test_refuse_unsupported(case: Case) -> None:
 
 @pytest.mark.parametrize("case", cases_for("decorrelate"))
 def test_decorrelate(case: Case) -> None:
+    assert rendered(case) == case.expected
+
+
+@pytest.mark.parametrize("case", cases_for("split_windows"))
+def test_split_windows(case: Case) -> None:
     assert rendered(case) == case.expected
 
 

@@ -47,8 +47,11 @@ def render_normalize(c: Compilation) -> str:
 def render_lineage(c: Compilation) -> str:
     assert c.lineage is not None and c.key_columns is not None
     ir_key = {column: ir for ir, column in c.key_columns}
-    assert len(ir_key) == len(c.lineage)
-    return "\n".join(f"{k.name} = {k.expr}  [{ir_key[k.name]}]" for k in c.lineage) or "()"
+    theta = {k.name for k in c.lineage}
+    lines = [f"{k.name} = {k.expr}  [{ir_key[k.name]}]" for k in c.lineage] or ["()"]
+    # A window query's other keys are the columns of the rows kept per partition.
+    lines += [f"row column {column}  [{ir}]" for ir, column in c.key_columns if column not in theta]
+    return "\n".join(lines)
 
 
 def render_infer_monoids(c: Compilation) -> str:

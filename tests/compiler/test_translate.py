@@ -71,7 +71,8 @@ VIEW_CASES = [
 SELECT region, amount
 FROM sales AS s
 WHERE EXISTS (SELECT 1 FROM sales AS u
-              WHERE u.region = s.region AND u.amount > s.amount)""", N,
+              WHERE u.region = s.region AND u.amount > s.amount
+                AND u.qty < s.qty)""", N,
      ["correlated subquery whose correlation is not an equality"], "EXISTS"),
     ("right-join-after-join", """
 SELECT s.region, COUNT(*) AS n
@@ -80,16 +81,17 @@ JOIN sales AS u ON s.region = u.region
     RIGHT JOIN sales AS w
     ON s.product = w.product
 GROUP BY s.region""", N, ["RIGHT JOIN after other joins", "LEFT JOIN"], "RIGHT JOIN"),
-    ("window-row-number", """
+    ("window-in-where", """
+SELECT region,
+       amount
+FROM sales
+WHERE ROW_NUMBER() OVER (PARTITION BY region ORDER BY amount) = 1""", C,
+     ["window function", "SELECT item", "after WHERE"], "ROW_NUMBER"),
+    ("window-distinct-aggregate", """
 SELECT region,
        amount,
-       ROW_NUMBER() OVER (PARTITION BY region ORDER BY amount) AS rn
-FROM sales""", N, ["window function", "OVER"], "ROW_NUMBER"),
-    ("window-aggregate", """
-SELECT region,
-       amount,
-       SUM(amount) OVER (PARTITION BY region) AS running
-FROM sales""", N, ["window function"], "SUM(amount) OVER"),
+       COUNT(DISTINCT product) OVER (PARTITION BY region) AS products
+FROM sales""", N, ["DISTINCT aggregate as a window function"], "COUNT(DISTINCT"),
     ("random", """
 SELECT region, amount
 FROM sales
@@ -236,6 +238,24 @@ GROUP BY region""", C, ["SELECT * cannot be combined with GROUP BY"], "*"),
 SELECT region, amount
 FROM sales
 LIMIT qty""", C, ["LIMIT must be a non-negative integer literal"], "LIMIT"),
+    ("join-column-outside-group-by-named-as-written", """
+SELECT s.region, COUNT(*) AS n
+FROM sales s
+JOIN sales t ON s.product = t.product
+GROUP BY s.region
+ORDER BY t.amount""", C, ["column t.amount in ORDER BY must appear in GROUP BY"], "ORDER BY t.amount"),
+    ("cte-column-outside-group-by-named-as-written", """
+WITH tmp AS (SELECT product, SUM(amount) AS ext_price FROM sales GROUP BY product)
+SELECT s.region,
+       tmp.ext_price,
+       COUNT(*) AS n
+FROM tmp JOIN sales s ON tmp.product = s.product
+GROUP BY s.region""", C, ["column tmp.ext_price in SELECT"], "tmp.ext_price,"),
+    ("unresolved-column-in-nested-query-located", """
+WITH tmp AS (SELECT product, SUM(amount) AS ext_price FROM sales GROUP BY product)
+SELECT tmp.product,
+       nope
+FROM tmp""", C, ["Column 'nope' could not be resolved"], "nope"),
     ("group-by-position-out-of-range", """
 SELECT region, SUM(amount) AS total
 FROM sales

@@ -24,6 +24,9 @@ self_join          a table joined with itself
 distinct_join      ``SELECT DISTINCT`` over joins, ``COUNT(DISTINCT ...)`` over joins
 global_cross       global aggregates (over a table or a join) crossed as FROM items, or nested
                    under an aggregate: one row while their sources are still empty
+windows            window functions (ranking, LAG/LEAD, whole-partition and running aggregates,
+                   a ratio to the partition's total) over a table, a join or an aggregation,
+                   with or without PARTITION BY, as the view or under a top-N filter
 =================  ===========================================================================
 
 Each program holds one or two random views of its family, aggregated on top or plain.  Every
@@ -411,6 +414,13 @@ IN_EXISTS = [
         ("b.k IN (SELECT k FROM a GROUP BY k HAVING COUNT(*) > 1)", {"a"}),
         ("b.h IN (SELECT c.h FROM c WHERE c.w > 2)", {"c"}),
         ("NOT EXISTS (SELECT 1 FROM c WHERE c.h = b.h)", {"c"}),
+        # correlated by an equality and one comparison (TPC-H Q21's shape)
+        ("EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h)", {"b"}),
+        ("NOT EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.v > b.v)", {"b"}),
+        ("NOT EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h AND b2.v > 2)",
+         {"b"}),
+        ("EXISTS (SELECT * FROM a WHERE a.k = b.k AND b.v <= a.x)", {"a"}),
+        ("EXISTS (SELECT * FROM c WHERE c.h = b.h AND c.w < b.v)", {"c"}),
     ], {"b"}),
     ("a", cols_of("a"), [
         ("a.k IN (SELECT b.k FROM b WHERE b.h = 'm')", {"b"}),
@@ -431,11 +441,11 @@ IN_EXISTS = [
 ]
 
 
-# Correlations that are not equalities are refused today (they join the generator above once
-# they are supported, issue 20); they were listed there but never drawn until the draws moved.
+# Correlations beyond one comparison beside the equalities have no rewrite: refused by name.
 REFUSED_CORRELATIONS = [
-    "EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h)",
-    "NOT EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.v > b.v)",
+    "EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h AND b2.v < b.v)",
+    "EXISTS (SELECT * FROM b AS b2 WHERE b2.h <> b.h)",
+    "b.v > (SELECT SUM(b2.v) FROM b AS b2 WHERE b2.k = b.k AND b2.h < b.h)",
 ]
 
 
@@ -673,10 +683,103 @@ def global_cross(draw) -> tuple[str, set[str]]:
     return f"SELECT {', '.join(items)} FROM {from_sql}", tables
 
 
+# -- 10. window functions ------------------------------------------------------------------------
+
+WINDOW_SOURCES = [
+    ("a", ("a",), cols_of("a", qualify=False)),
+    ("b", ("b",), cols_of("b", qualify=False)),
+    ("a JOIN b ON a.k = b.k", ("a", "b"),
+     [("a.k", "int", "2"), ("g", "str", "'q'"), ("x", "num", "1"), ("v", "int", "3")]),
+]
+
+
+@st.composite
+def window_call(draw, shown: Sequence[Col], partition: str) -> tuple[str, str]:
+    """One window function over the ``shown`` columns with its result kind.
+
+    Deterministic whatever order the engine gives tied rows: ROW_NUMBER, LAG and LEAD order
+    by every shown column (rows tied on all of them look alike), RANK, DENSE_RANK and running
+    aggregates have peers, and whole-partition aggregates no order at all.
+    """
+    exact = [c for c in shown if c[1] in EXACT]
+    numeric = [c for c in shown if c[1] in ("int", "num")]
+    every = ", ".join(f"{c[0]} {draw(st.sampled_from(['ASC', 'DESC']))} "
+                      f"{draw(st.sampled_from(['NULLS FIRST', 'NULLS LAST']))}" for c in exact)
+    some = ", ".join(f"{c[0]} DESC" for c in draw(st.lists(st.sampled_from(exact), min_size=1,
+                                                            max_size=2, unique=True)))
+    over = f"OVER ({partition}" + "{}" + ")"
+    forms = [(f"RANK() {over.format(f' ORDER BY {some}')}", "int"),
+             (f"DENSE_RANK() {over.format(f' ORDER BY {some}')}", "int"),
+             (f"ROW_NUMBER() {over.format(f' ORDER BY {every}')}", "int"),
+             (f"COUNT(*) {over.format('')}", "int")]
+    if len(exact) == len(shown):
+        col = draw(st.sampled_from(exact))
+        forms.append((f"LAG({col[0]}) {over.format(f' ORDER BY {every}')}", col[1]))
+        forms.append((f"LEAD({col[0]}, 2) {over.format(f' ORDER BY {every}')}", col[1]))
+        forms.append((f"FIRST_VALUE({col[0]}) {over.format(f' ORDER BY {every}')}", col[1]))
+        forms.append((f"LAST_VALUE({col[0]}) {over.format(f' ORDER BY {every}')}", col[1]))
+        forms.append((f"NTILE(2) {over.format(f' ORDER BY {every}')}", "int"))
+        if numeric:
+            frame = f" ORDER BY {every} ROWS BETWEEN 1 PRECEDING AND CURRENT ROW"
+            forms.append((f"SUM({numeric[0][0]}) {over.format(frame)}", numeric[0][1]))
+    if numeric:
+        col = draw(st.sampled_from(numeric))
+        forms += [(f"SUM({col[0]}) {over.format('')}", col[1]),
+                  (f"SUM({col[0]}) {over.format(f' ORDER BY {some}')}", col[1]),
+                  (f"MIN({col[0]}) {over.format('')}", col[1]),
+                  (f"MAX({col[0]}) {over.format(f' ORDER BY {some}')}", col[1]),
+                  (f"AVG({col[0]}) {over.format('')}", "flt"),
+                  (f"{col[0]} / SUM({col[0]}) {over.format('')}", "flt")]
+    if exact:
+        forms.append((f"COUNT({exact[0][0]}) {over.format(f' ORDER BY {some}')}", "int"))
+    return draw(st.sampled_from(forms))
+
+
+@st.composite
+def windows(draw) -> tuple[str, set[str]]:
+    from_sql, tables, cols = draw(st.sampled_from(WINDOW_SOURCES))
+    grouped = draw(st.integers(0, 3)) == 3
+    if grouped:  # windows over an aggregation: they read its keys and aggregates
+        keys = draw(st.lists(st.sampled_from([c for c in cols if c[1] in EXACT]), min_size=1,
+                             max_size=2, unique_by=lambda c: c[0]))
+        measure = draw(st.sampled_from([c for c in cols if c[1] in ("int", "num")]))
+        shown = [(k[0], k[1], k[2]) for k in keys] + [(f"SUM({measure[0]})", measure[1], "1"),
+                                                       ("COUNT(*)", "int", "1")]
+        event("windows: over GROUP BY")
+    else:
+        shown = draw(st.lists(st.sampled_from(cols), min_size=1, max_size=3,
+                              unique_by=lambda c: c[0]))
+    parts = draw(st.lists(st.sampled_from([c for c in shown if c[1] in EXACT
+                                           and not c[0].endswith(")")] or [shown[0]]),
+                          min_size=1, max_size=1, unique_by=lambda c: c[0]))
+    partition = f"PARTITION BY {parts[0][0]}" if draw(st.integers(0, 3)) else ""
+    event(f"windows: {'partitioned' if partition else 'one partition'}")
+    items, out = [], []
+    for i, (expr, kind, lit) in enumerate(shown):
+        items.append(f"{expr} AS c{i}")
+        out.append((f"c{i}", kind, lit))
+    for i in range(draw(st.integers(1, 2))):
+        call, kind = draw(window_call(shown, partition))
+        event(f"windows: {call.split('(')[0]}")
+        items.append(f"{call} AS w{i}")
+        out.append((f"w{i}", kind, "1"))
+    sql = f"SELECT {', '.join(items)} FROM {from_sql}{draw(where_clause(cols))}"
+    if grouped:
+        sql += " GROUP BY " + ", ".join(k[0] for k in keys)
+    ranks = [c for c, k, _ in out if c.startswith("w") and k == "int"]
+    if ranks and draw(st.integers(0, 2)) == 2:  # top-N per partition: under a filter
+        rank = ranks[0]
+        event("windows: under a filter")
+        return (f"SELECT * FROM ({sql}) AS t WHERE {rank} <= 2"
+                + draw(order_clause([c for c, k, _ in out if k in EXACT]))), set(tables)
+    return sql + draw(order_clause([c for c, k, _ in out if k in EXACT])), set(tables)
+
+
 FAMILIES = {
     "agg_over_agg": agg_over_agg, "from_subquery": from_subquery, "correlated": correlated,
     "in_exists": in_exists, "not_in": not_in, "union": union, "outer": outer,
     "self_join": self_join, "distinct_join": distinct_join, "global_cross": global_cross, "set_ops": set_ops,
+    "windows": windows,
 }
 
 
@@ -794,6 +897,12 @@ def test_global_aggregates_crossed_answer_one_row_over_empty_inputs(spark, tmp_p
     """A cross product of global aggregates answers one row while some of its sources are still
     empty (the first batches land one source at a time), as SQL does."""
     check_program(spark, tmp_path_factory, "global_cross", program, data)
+
+
+@family_test("windows", examples=EXAMPLES * 2)
+def test_window_function_answers_equal_oracle(spark, tmp_path_factory, program, data):
+    """Windows recomputed over the partitions a batch touches equal a recompute."""
+    check_program(spark, tmp_path_factory, "windows", program, data)
 
 
 GLOBAL_EDGE_PROGRAM = HEADER + JOIN_TABLES + """

@@ -1,7 +1,7 @@
 """The example programs of ``sql/examples/`` run as written: every view equals DuckDB.
 
 (PageRank and k-means have their own tests in ``test_iterate.py``; the demo runs
-``sales.sql``.)  ``retail.sql`` shows ROLLUP, EXCEPT and INTERSECT: here it gets insert
+``sales.sql``.)  ``retail.sql`` shows ROLLUP, EXCEPT, INTERSECT and window functions: here it gets insert
 batches on both tables and a batch of corrections, checked against DuckDB after each.
 """
 
@@ -60,7 +60,10 @@ def test_retail_example_equals_duckdb_after_every_batch(spark, tmp_path, local_r
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
         sources = {t: pa.Table.from_pylist(r, schema=SCHEMAS[t]) for t, r in live.items()}
+        landed = {t for t, _ in steps[:seq + 1]}
         for plan in compiled.plans:
+            if not landed & set(plan.sources):
+                continue  # no batch of its sources yet: no answer either
             answer, _ = read_answer(warehouse, plan)
             diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
             assert diff is None, f"after batch {seq} ({op} on {table}), view {plan.view}: {diff}"

@@ -199,3 +199,25 @@ def test_a_state_beyond_the_driver_limit_is_compacted_by_spark_alike(spark, tmp_
     for pipeline in runs.values():
         answer, _ = read_answer(pipeline.warehouse, plan)
         assert diff_answers(expected, answer) is None
+
+
+def test_explain_shows_the_state_types_a_run_stored(spark, tmp_path):
+    """Spark sums a DECIMAL(15,2) into a DECIMAL(25,2); explain says so once a run stored it."""
+    from incr.runtime.report import stored_types
+
+    text = """CREATE TABLE t (k BIGINT, d DECIMAL(15,2));
+CREATE VIEW s AS SELECT k, SUM(d) AS total FROM t GROUP BY k;
+"""
+    compiled = compile_text(text, path="s.sql", name="s")
+    plan = compiled.plans[0]
+    landing, warehouse = tmp_path / "landing", tmp_path / "wh"
+    before = explain_program(compiled, {"s": stored_types(warehouse, plan)})
+    assert "types inferred" in before and "types as stored" not in before
+    (landing / "t").mkdir(parents=True)
+    (landing / "t" / "0000.csv").write_text("k,d\n1,2.50\n1,1.25\n")
+    assert Pipeline(compiled, landing, warehouse, spark=spark).run().rejected is None
+    stored = stored_types(warehouse, plan)
+    assert stored["main"]["sum_d"] == "DECIMAL(25, 2)" and stored["main"]["k"] == "BIGINT"
+    after = explain_program(compiled, {"s": stored})
+    assert "types as stored by the last run" in after
+    assert re.search(r"sum_d\s+DECIMAL\(25, 2\)", after), after

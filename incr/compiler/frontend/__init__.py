@@ -11,7 +11,8 @@ trees; two tuples run them:
 
 * :data:`FRONTEND`, over the whole view (a :class:`~incr.compiler.frontend.query.Query`):
   refuse what has no incremental form, expand grouping sets, decorrelate nested queries,
-  make expression join keys columns, split into stages;
+  make expression join keys columns, split window functions from the query they read,
+  split into stages;
 * :data:`~incr.compiler.frontend.block.BLOCK`, over each query block (one SELECT, a
   :class:`~incr.compiler.frontend.query.Block`), run by ``split_stages`` for each stage it
   splits off: read the inputs and split the joins, resolve names, lower to IR.
@@ -30,6 +31,9 @@ Ordering constraints of :data:`FRONTEND`:
 * ``compute_join_keys`` after ``decorrelate`` (whose subquery merging would fold its FROM
   subqueries back in, and whose unnested joins may have expression keys too) and before
   ``split_stages``, which splits those subqueries off as stages that store nothing.
+* ``split_windows`` after ``decorrelate`` (whose subquery merging would fold the plain
+  block it splits off back into the window block) and right before ``split_stages``, which
+  makes that block a stage the window stage reads.
 * ``split_stages`` last: it translates every block (running ``BLOCK``) and fills
   ``Query.stages``.
 """
@@ -47,13 +51,14 @@ from incr.compiler.frontend.expand_grouping_sets import expand_grouping_sets
 from incr.compiler.frontend.query import Query, Scope, Translation
 from incr.compiler.frontend.refuse_unsupported import refuse_unsupported
 from incr.compiler.frontend.split_stages import split_stages
+from incr.compiler.frontend.split_windows import split_windows
 from incr.compiler.program import Program, ViewDecl, shift_lines
 from incr.errors import Location, ParseError
 
 Step = Callable[[Query], Query]
 
 FRONTEND: tuple[Step, ...] = (refuse_unsupported, expand_grouping_sets, decorrelate,
-                              compute_join_keys, split_stages)
+                              compute_join_keys, split_windows, split_stages)
 
 
 def parse_query(view: ViewDecl, program: Program) -> Query:

@@ -64,10 +64,13 @@ def decorrelate(q: Query) -> Query:
     inner = [n for n in subqueries if isinstance(n, exp.Subquery) and isinstance(n.this, exp.Select)
              and not isinstance(n.parent, (exp.From, exp.Join)) and correlated(n.this, q.program)]
     correlated_anchor = inner[0].copy() if inner else sub_anchor
+    columns = [c.copy() for c in tree.find_all(exp.Column)]  # where names are written
     for negation in list(tree.find_all(exp.Not)):
         rewrite_not_in(negation, q.program)
     try:
         tree = qualify_names(scope, tree)
+        if sum(rewrite_compared_exists(e) for e in list(tree.find_all(exp.Exists))):
+            tree = qualify_names(scope, tree)  # the scalar subqueries written are new scopes
         tree = merge_subqueries(unnest_subqueries(eliminate_subqueries(tree)))
         # An EXISTS still standing is uncorrelated: a one-row count, crossed in.
         exists = list(tree.find_all(exp.Exists))
@@ -85,8 +88,10 @@ def decorrelate(q: Query) -> Query:
                 where.set("this", exp.and_(*kept))
     except OptimizeError as e:
         message = re.sub(r"\. Line: \d+, Col: \d+", "", str(e))
+        named = re.search(r"Column '([^']+)'", message)
+        anchor = next((c for c in columns if named and c.name == named.group(1)), None)
         raise scope.error(f"{message} (names in a nested query must resolve to a declared "
-                          f"table's column or an inner query's output)", None) from e
+                          f"table's column or an inner query's output)", anchor) from e
     for node in tree.walk():
         if isinstance(node, (exp.ArrayAgg, exp.Lambda)):
             raise scope.refuse("correlated subquery whose correlation is not an equality "
@@ -190,6 +195,89 @@ def rewrite_not_in(node: exp.Not, program: Program) -> None:
     rest = exp.Or(this=empty, expression=exp.Paren(this=exp.and_(
         exp.Not(this=exp.Is(this=x.copy(), expression=exp.Null())), no_null)))
     node.replace(exp.Paren(this=exp.and_(match, exp.Paren(this=rest))))
+
+
+#: A comparison of an inner value with an outer one, as the aggregate of the inner values
+#: that decides whether some row passes: ``x > o`` for some x iff ``MAX(x) > o``.
+_EXTREME: dict[type[exp.Expr], type[exp.Expr]] = {
+    exp.GT: exp.Max, exp.GTE: exp.Max, exp.LT: exp.Min, exp.LTE: exp.Min}
+_FLIPPED: dict[type[exp.Expr], type[exp.Expr]] = {
+    exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.NEQ: exp.NEQ}
+
+
+def rewrite_compared_exists(exists: exp.Exists) -> bool:
+    """``[NOT] EXISTS`` correlated by equalities plus one comparison, as scalar subqueries.
+
+    TPC-H Q21's ``EXISTS (SELECT * FROM l2 WHERE l2.k = l1.k AND l2.s <> l1.s)`` has no
+    join form: its correlation is not an equality.  With the equalities ``E`` and inner
+    filters ``F`` kept, the comparison of an inner value ``x`` with an outer ``o`` is decided
+    by per-key aggregates, which unnest into joins on the equality keys:
+
+    * ``x > o`` (``>=``): some row passes iff ``MAX(x) > o``; ``<`` and ``<=`` by ``MIN``;
+    * ``x <> o``: iff ``o`` is not NULL and the rows with a non-NULL ``x`` outnumber those
+      with ``x = o`` (an equality correlation of its own).
+
+    Each comparison is NULL when no row matches the keys, which is read as false, so NOT
+    EXISTS holds then, as in SQL.  Runs on qualified names; a subquery of another shape is
+    left as it is (and refused by name later).  Returns whether it rewrote.
+    """
+    sub = exists.this
+    if not isinstance(sub, exp.Select) or not sub.args.get("from_") or sub.args.get("group") \
+            or sub.args.get("having") or sub.args.get("limit") or sub.args.get("where") is None:
+        return False
+    equal, compared, rest = [], [], []
+    for c in conjuncts(sub.args["where"].this):
+        if not _reads_outer(c, sub):
+            rest.append(c)
+        elif isinstance(c, exp.EQ) and _split_sides(c, sub) is not None:
+            equal.append(c)
+        else:
+            compared.append(c)
+    if len(compared) != 1 or not equal or type(compared[0]) not in _FLIPPED:
+        return False
+    sides = _split_sides(compared[0], sub)
+    if sides is None:
+        return False
+    x, o, op = sides
+    kept = equal + rest
+
+    def scalar(select: exp.Expr, *more: exp.Expr) -> exp.Subquery:
+        q = sub.copy()
+        q.set("expressions", [select])
+        q.set("where", exp.Where(this=exp.and_(*(c.copy() for c in (*kept, *more)))))
+        return exp.Subquery(this=q)
+
+    if op is exp.NEQ:
+        def count(q: exp.Subquery) -> exp.Expr:
+            return exp.func("COALESCE", q, exp.Literal.number(0))
+        decided: exp.Expr = exp.and_(
+            exp.Not(this=exp.Is(this=o.copy(), expression=exp.Null())),
+            exp.GT(this=count(scalar(exp.Count(this=x.copy()))),
+                   expression=count(scalar(exp.Count(this=exp.Star()),
+                                           exp.EQ(this=x.copy(), expression=o.copy())))))
+    else:
+        decided = op(this=scalar(_EXTREME[op](this=x.copy())), expression=o.copy())
+    exists.replace(exp.Paren(this=exp.func("COALESCE", exp.Paren(this=decided), exp.false())))
+    return True
+
+
+def _split_sides(c: exp.Expr, sub: exp.Select) -> tuple[exp.Expr, exp.Expr, type[exp.Expr]] | None:
+    """A comparison as (inner side, outer side, operator read inner-first).
+
+    None when a side mixes inner and outer names or the comparison is of another kind.
+    """
+    if type(c) not in _FLIPPED and not isinstance(c, exp.EQ):
+        return None
+    left, right = c.this, c.expression
+    outer_left, outer_right = _reads_outer(left, sub), _reads_outer(right, sub)
+    inner_left = any(col.table and not _reads_outer(col, sub) for col in left.find_all(exp.Column))
+    inner_right = any(col.table and not _reads_outer(col, sub) for col in right.find_all(exp.Column))
+    op: type[exp.Expr] = type(c)
+    if inner_left and not outer_left and outer_right and not inner_right:
+        return left, right, op
+    if inner_right and not outer_right and outer_left and not inner_left:
+        return right, left, _FLIPPED.get(op, op)
+    return None
 
 
 def correlated(sub: exp.Select, program: Program) -> bool:

@@ -36,8 +36,21 @@ from incr.compiler.frontend.resolve_names import (
     order_by_target,
     select_items,
 )
+from incr.compiler.frontend.split_joins import as_written
 from incr.compiler.frontend.trees import contains_aggregate, is_star
-from incr.compiler.ir import Aggregate, Filter, Limit, Named, NamedAgg, Project, Rel, Sort, SortKey, Source
+from incr.compiler.ir import (
+    Aggregate,
+    Filter,
+    Limit,
+    Named,
+    NamedAgg,
+    Project,
+    Rel,
+    Sort,
+    SortKey,
+    Source,
+    Window,
+)
 from incr.compiler.program import Column, TableDecl
 from incr.compiler.scalar import Scalar
 from incr.compiler.types import SqlType, infer_type
@@ -63,12 +76,29 @@ def lower_block(b: Block) -> Block:
                            tree.args.get("limit") or tree.args.get("offset"))
     if b.name:
         tree.set("order", None)  # order inside a nested query means nothing
-    lowering = _Lowering(scope, source)
-    rel = lowering.aggregate_query(tree) if aggregated else lowering.plain_query(tree)
+    flat_of = {i.flat(c): (i.alias, c) for branch in b.branches
+               for i in branch.join.all_inputs for c in i.columns}
+    lowering = _Lowering(scope, source, flat_of)
+    if any(item.find(exp.Window) for item in tree.expressions):
+        assert not aggregated, "split_windows moves GROUP BY and HAVING below the windows"
+        rel = lowering.window_query(tree)
+    else:
+        rel = lowering.aggregate_query(tree) if aggregated else lowering.plain_query(tree)
     single_row = aggregated and not tree.args.get("group")
     stage = StageTranslation(b.name, rel, source, b.branches, aggregated, single_row,
                              lowering.output)
     return replace(b, stage=stage)
+
+
+def _partition(exprs: tuple[Named, ...]) -> tuple[str, ...]:
+    """The columns every window of ``exprs`` partitions by (in the first one's order)."""
+    common: list[str] | None = None
+    for e in exprs:
+        for window in e.expr.tree().find_all(exp.Window):
+            cols = [p.name for p in window.args.get("partition_by") or []
+                    if isinstance(p, exp.Column)]
+            common = cols if common is None else [c for c in common if c in cols]
+    return tuple(common or ())
 
 
 def type_of(expr: Scalar, source: TableDecl) -> SqlType:
@@ -94,9 +124,16 @@ def _distinct_as_group_by(scope: Scope, tree: exp.Select, aggregated: bool) -> b
 class _Lowering:
     """The translation of one block: the aggregates met so far and the output columns."""
 
-    def __init__(self, scope: Scope, source: TableDecl):
+    def __init__(self, scope: Scope, source: TableDecl,
+                 flat_of: dict[str, tuple[str, str]] | None = None):
+        """Starts the translation of one block.
+
+        ``flat_of``: for a join, each joined-relation column ``<alias>__<column>`` as
+        (alias, column), so messages name columns as the user wrote them.
+        """
         self.scope = scope
         self.source = source
+        self.flat_of = flat_of or {}
         self.aggs: dict[str, NamedAgg] = {}
         self.output: tuple[Column, ...] = ()
 
@@ -113,6 +150,18 @@ class _Lowering:
             rel = Sort(rel, sort_keys)
         rel = Project(rel, exprs)
         return self._limit(tree, rel)
+
+    # -- window SELECT (over the block split_windows split off) -------------------------
+    def window_query(self, tree: exp.Select) -> Rel:
+        """``Window`` over the source: its partition is what every window partitions by."""
+        items = select_items(tree, self.source)
+        exprs = tuple(Named(name, Scalar.of(node)) for name, node in items)
+        self.output = tuple(Column(n.name, type_of(n.expr, self.source)) for n in exprs)
+        sort_keys = self._order_keys(tree, exprs, Scalar.of)
+        rel: Rel = Window(self._where(tree), _partition(exprs))
+        if sort_keys:
+            rel = Sort(rel, sort_keys)
+        return self._limit(tree, Project(rel, exprs))
 
     # -- aggregate SELECT ----------------------------------------------------------------
     def aggregate_query(self, tree: exp.Select) -> Rel:
@@ -153,7 +202,8 @@ class _Lowering:
         for written in group.expressions:
             node = group_by_key(self.scope, written, items, self.source)
             if contains_aggregate(node):
-                raise self.scope.error(f"GROUP BY cannot contain an aggregate: {node.sql()}", node)
+                raise self.scope.error(f"GROUP BY cannot contain an aggregate: "
+                                       f"{as_written(node, self.flat_of)}", node)
             check_no_alias_refs(self.scope, node, "GROUP BY", self.source)
             scalar = Scalar.of(node)
             if scalar.sql in seen:
@@ -187,8 +237,9 @@ class _Lowering:
         for col in rewritten.find_all(exp.Column):
             if not (col.name in self.aggs or col.name in key_names.values()):
                 original = next((c for c in node.find_all(exp.Column) if c.name == col.name), node)
-                raise self.scope.error(f"column {col.name} in {clause} must appear in GROUP BY "
-                                       f"or be used inside an aggregate", original)
+                raise self.scope.error(f"column {as_written(col, self.flat_of)} in {clause} "
+                                       f"must appear in GROUP BY or be used inside an "
+                                       f"aggregate", original)
         return Scalar.of(rewritten)
 
     # -- clauses shared by both shapes ---------------------------------------------------

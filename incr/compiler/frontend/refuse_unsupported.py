@@ -17,7 +17,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from incr.compiler.frontend.query import Query, Scope
-from incr.compiler.frontend.trees import contains_aggregate, func_name
+from incr.compiler.frontend.trees import contains_aggregate, func_name, window_function
 from incr.compiler.ir import AggCall
 from incr.compiler.scalar import CANONICAL_DIALECT, Scalar
 
@@ -61,8 +61,7 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
         if node is tree:
             continue
         if isinstance(node, exp.Window):
-            raise scope.refuse("window function (OVER ...)", "its value for a row depends "
-                               "on other rows' positions, which every batch can shift", node)
+            _check_window_place(scope, node)
         if isinstance(node, _NON_DETERMINISTIC_NODES) or (
                 isinstance(node, exp.Func) and func_name(node) in NON_DETERMINISTIC):
             raise scope.refuse(f"non-deterministic function {func_name(node).upper()}()",
@@ -71,8 +70,23 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
         if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
             raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
                                "CASE inside the aggregate or into WHERE", node)
-        if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Grouping):
+        if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Grouping) \
+                and not window_function(node):
             agg_call(scope, node)  # raises for unsupported aggregates
+
+
+def _check_window_place(scope: Scope, window: exp.Window) -> None:
+    """A window function belongs in a SELECT item, where ``split_windows`` maintains it.
+
+    As SQL says: it is computed after WHERE, GROUP BY and HAVING.
+    """
+    node: exp.Expr = window
+    while node.parent is not None and not isinstance(node.parent, exp.Select):
+        node = node.parent
+    if node.parent is None or node.arg_key != "expressions":
+        raise scope.error("a window function (OVER ...) can only be a SELECT item or part "
+                          "of one: windows are computed after WHERE, GROUP BY and HAVING "
+                          "(ORDER BY may name the item's alias)", window)
 
 
 def check_shape(scope: Scope, tree: exp.Select) -> None:

@@ -167,11 +167,11 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
         elif side == "LEFT":
             bad = mixed[:1]
             if bad:
-                raise scope.refuse(f"LEFT JOIN condition {_as_written(bad[0], flat_of)}",
+                raise scope.refuse(f"LEFT JOIN condition {as_written(bad[0], flat_of)}",
                                    "an outer join's ON may hold equalities between the two "
                                    "tables and conditions on either table alone", j)
             if not pairs:
-                raise scope.refuse(f"LEFT JOIN of {inp.decl.name} without an equality",
+                raise scope.refuse(f"LEFT JOIN of {inp.alias} without an equality",
                                    "outer joins are maintained on equalities (a.k = b.k)", j)
             terms = [t for term in terms
                      for t in term.left(alias, pairs, this_only, earlier_only)]
@@ -181,7 +181,7 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
                                    "JOIN, or make it the first join of the FROM clause", j)
             flipped = [(y, x) for x, y in pairs]
             if mixed or not pairs:
-                cond = _as_written(mixed[0], flat_of) if mixed else "(no equality)"
+                cond = as_written(mixed[0], flat_of) if mixed else "(no equality)"
                 raise scope.refuse(f"{side} JOIN condition {cond}", "an outer join's ON may "
                                    "hold equalities between the two tables and conditions "
                                    "on either table alone", j)
@@ -285,14 +285,15 @@ def _flatten_columns(scope: Scope, tree: exp.Select, inputs: list[Input]) -> dic
     return flat_of
 
 
-def _as_written(node: exp.Expr, flat_of: dict[str, tuple[str, str]]) -> str:
+def as_written(node: exp.Expr, flat_of: dict[str, tuple[str, str]]) -> str:
     """A condition for a message, its columns named ``alias.column`` as the user wrote them."""
-    shown = node.copy()
-    for col in list(shown.find_all(exp.Column)):
-        if col.name in flat_of:
-            alias, name = flat_of[col.name]
-            col.replace(exp.column(name, table=alias))
-    return str(shown.sql(CANONICAL_DIALECT))
+    def named(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Column) and n.name in flat_of:
+            alias, name = flat_of[n.name]
+            return exp.column(name, table=alias)
+        return n
+
+    return str(node.transform(named).sql(CANONICAL_DIALECT))
 
 
 def _check_connected(scope: Scope, inputs: list[JoinInput], pairs: list[tuple[str, str]],
@@ -315,7 +316,7 @@ def _check_connected(scope: Scope, inputs: list[JoinInput], pairs: list[tuple[st
                 changed = True
     missing = [i for i in regular if i.alias not in reached]
     if missing:
-        raise scope.refuse(f"outer join of {missing[0].table} without an equality to the "
+        raise scope.refuse(f"outer join of {missing[0].alias} without an equality to the "
                            f"other tables (a non-equi outer join)", "an outer join is "
                            "maintained through its equality keys (a.k = b.k in ON); inner "
                            "cross and non-equi joins are maintained",

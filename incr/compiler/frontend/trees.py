@@ -18,8 +18,19 @@ def conjuncts(node: exp.Expr) -> list[exp.Expr]:
 
 
 def contains_aggregate(node: exp.Expr) -> bool:
-    """True when an aggregate call appears anywhere in ``node``."""
-    return any(isinstance(n, exp.AggFunc) for n in node.walk())
+    """True when an aggregate call appears anywhere in ``node``.
+
+    A window's function (``SUM(x) OVER (...)``) is not one: it aggregates no group.
+    """
+    return any(isinstance(n, exp.AggFunc) and not window_function(n) for n in node.walk())
+
+
+def window_function(node: exp.Expr) -> bool:
+    """True when ``node`` is the function of a window (``SUM(x)`` in ``SUM(x) OVER (...)``)."""
+    child, parent = node, node.parent
+    while isinstance(parent, (exp.IgnoreNulls, exp.RespectNulls)):
+        child, parent = parent, parent.parent
+    return isinstance(parent, exp.Window) and child.arg_key == "this"
 
 
 def func_name(node: exp.Expr) -> str:

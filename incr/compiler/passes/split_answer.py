@@ -8,6 +8,9 @@ monoid elements monoid inference chose: it folds a batch into state rows keyed b
 * ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``;
 * ``exact<i>``: one per DOUBLE summed under deletions, keyed by (θ, band) with ``_n`` and
   the band's exact ``_total`` (:mod:`incr.algebra.exact`);
+* ``rows``: for a window stage, the bag of its rows: keyed by (θ, the other columns the
+  windows read) with ``_n``, bucketed by θ, so the rows of a window partition are found
+  by θ like a group's;
 * ``side_<alias>``: for a joined stage, one per input: the input's live rows (the columns
   the stage reads) with their counts, bucketed by its join key.  A batch on one input is
   joined with the other inputs' side tables (seed §8.1 leaves this case out: both inputs
@@ -39,6 +42,7 @@ from incr.compiler.ir import (
     Rel,
     Sort,
     SortKey,
+    Window,
 )
 from incr.compiler.passes.infer_monoids import MAIN, bag_alias
 from incr.compiler.plan import (
@@ -54,6 +58,9 @@ from incr.compiler.plan import (
 from incr.compiler.scalar import Scalar
 
 MAIN_TABLE = "main"
+ROWS_TABLE = "rows"
+#: The alias of a window stage's rows in its answer query.
+ROWS = "r"
 BAG_VALUE = "value"
 EXACT_TOTAL = "_total"
 
@@ -87,6 +94,15 @@ def split_answer(c: Compilation) -> Compilation:
                             tuple(BagAggregate(r.name, r.sql) for r in reads),
                             centered=any(r.centered for r in reads)))
 
+    window = next((node for node in c.rel.walk() if isinstance(node, Window)), None)
+    rows: StateTable | None = None
+    if window is not None:
+        theta = {k.name for k in c.lineage}
+        names = dict(c.key_columns)
+        rows = StateTable(c.table_name(ROWS_TABLE), c.lineage, (ROW_COUNT_VALUE,), vanishes=True,
+                          row_keys=tuple(Named(names[k.name], k.expr) for k in agg.keys
+                                         if names[k.name] not in theta))
+        tables.append(rows)
     buckets = c.program.options.buckets if grouped else 1
     h = [HQuery(t, c.source.name, where, buckets) for t in tables]
     if not c.direct:
@@ -98,7 +114,7 @@ def split_answer(c: Compilation) -> Compilation:
             tables.append(side)
             h.append(HQuery(side, inp.table, None, c.program.options.buckets, weighted=True))
     answer = _answer(c.rel, c.aggregates, dict(c.key_columns), grouped, tuple(bags),
-                     tuple(k.name for k in c.lineage), tables[0].name)
+                     tuple(k.name for k in c.lineage), tables[0].name, rows)
     return replace(c, tables=tuple(tables), h=tuple(h), answer=answer)
 
 
@@ -137,8 +153,13 @@ def _join_keys(c: Compilation, alias: str) -> tuple[str, ...]:
 
 
 def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, str],
-            grouped: bool, bags: tuple[BagJoin, ...], keys: tuple[str, ...], main: str) -> Answer:
+            grouped: bool, bags: tuple[BagJoin, ...], keys: tuple[str, ...], main: str,
+            rows: StateTable | None) -> Answer:
     mapping: dict[str, Scalar] = {ir: Scalar(f"{MAIN}.{col}") for ir, col in key_columns.items()}
+    if rows is not None:  # a window stage: the columns beside θ come from its rows
+        beside = {k.name for k in rows.row_keys}
+        mapping.update({ir: Scalar(f"{ROWS}.{col}") for ir, col in key_columns.items()
+                        if col in beside})
     mapping.update({a.name: a.finalize for a in aggregates})
 
     def over_state(s: Scalar) -> Scalar:
@@ -161,6 +182,9 @@ def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, s
         elif isinstance(node, Explode):
             explode = (Scalar(f"{MAIN}.{ROW_COUNT}") if node.times is None
                        else over_state(node.times))
+            if rows is not None:
+                explode = Scalar(f"{ROWS}.{ROW_COUNT}")
         node = node.children()[0]
     return Answer(main=main, keys=keys, grouped=grouped, bags=bags, exprs=exprs,
-                  having=having, order=order, limit=limit, offset=offset or 0, explode=explode)
+                  having=having, order=order, limit=limit, offset=offset or 0, explode=explode,
+                  rows=rows.name if rows is not None else None)
