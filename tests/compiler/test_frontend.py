@@ -181,6 +181,16 @@ def test_refuse_unsupported(case: Case) -> None:
     assert rendered(case) == case.expected
 
 
+@pytest.mark.parametrize("case", cases_for("expand_grouping_sets"))
+def test_expand_grouping_sets(case: Case) -> None:
+    assert rendered(case) == case.expected
+
+
+@pytest.mark.parametrize("case", cases_for("compute_join_keys"))
+def test_compute_join_keys(case: Case) -> None:
+    assert rendered(case) == case.expected
+
+
 @pytest.mark.parametrize("case", cases_for("decorrelate"))
 def test_decorrelate(case: Case) -> None:
     assert rendered(case) == case.expected
@@ -213,6 +223,7 @@ def test_lower_block(case: Case) -> None:
 
 @pytest.mark.parametrize("name", list(RENDER))
 def test_every_fixture_is_a_step(name: str) -> None:
+    assert f"def test_{name}(" in Path(__file__).read_text(), f"fixtures/{name}.sql is never tested"
     assert name in [s.__name__ for s in (*FRONTEND, *BLOCK)]
     assert len(load_cases(name)) >= 5
 

@@ -71,7 +71,7 @@ def test_cross_and_band_joins_cross_the_side_without_a_key():
      "LEFT JOIN condition o.okey < i.okey"),
     ("SELECT o.cust FROM orders o LEFT JOIN items i ON o.okey = i.okey AND o.cust > i.okey",
      "LEFT JOIN condition"),
-    ("SELECT o.cust FROM orders o JOIN items i USING (okey)", "USING"),
+    ("SELECT o.cust FROM orders o NATURAL JOIN items i", "NATURAL JOIN"),
     (("SELECT o.cust FROM orders o JOIN custs c ON o.cust = c.cust FULL JOIN items i "
       "ON o.okey = i.okey"), "FULL JOIN after other joins"),
     (("SELECT o.cust FROM orders o WHERE o.okey NOT IN (SELECT i.okey FROM items i "

@@ -951,3 +951,70 @@ def test_global_aggregates_over_sources_not_yet_landed(spark, tmp_path, local_ro
             stages = [s.name or m.view for s in compiled.plan(m.view).stages
                       if compiled.plan(m.view).depends_on(s, table)]
             assert list(m.stages) == stages and all(t >= 0 for t in m.stages.values())
+
+
+COMPARED_EXISTS_PROGRAM = HEADER + JOIN_TABLES + """
+CREATE VIEW neq AS SELECT b.k, COUNT(*) AS n FROM b
+    WHERE EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h) GROUP BY b.k;
+CREATE VIEW q21 AS SELECT b.h, COUNT(*) AS n FROM b
+    WHERE EXISTS (SELECT * FROM b AS b2 WHERE b2.k = b.k AND b2.h <> b.h)
+      AND NOT EXISTS (SELECT * FROM b AS b3 WHERE b3.k = b.k AND b3.h <> b.h AND b3.v > 2)
+    GROUP BY b.h;
+CREATE VIEW above AS SELECT a.k, a.x FROM a
+    WHERE EXISTS (SELECT * FROM b WHERE b.k = a.k AND b.v >= a.x);
+CREATE VIEW below AS SELECT c.h, c.w FROM c
+    WHERE NOT EXISTS (SELECT * FROM b WHERE b.h = c.h AND b.v < c.w);
+"""
+
+
+@pytest.mark.parametrize("local_rows", [0, 200_000], ids=["spark", "driver"])
+def test_exists_correlated_by_a_comparison_equals_oracle(spark, tmp_path, local_rows):
+    """TPC-H Q21's shape and its kin (an equality plus one of <>, >=, <) over random batches
+    with NULLs, inserts and deletes on both sides, against DuckDB after every batch."""
+    from tests.runtime.test_equivalence import JOIN_SCHEMAS, land_join_batch
+
+    compiled = compile_text(COMPARED_EXISTS_PROGRAM, path="compared.sql", name="compared")
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    rng = random.Random(21)
+    live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
+    landed: set[str] = set()
+    steps = [("b", "insert"), ("a", "insert"), ("c", "insert"), ("b", "insert"),
+             ("b", "delete"), ("a", "delete"), ("b", "insert"), ("c", "delete")]
+    for seq, (table, wanted) in enumerate(steps):
+        op = land_join_batch(rng, landing, table, wanted, seq, live)
+        landed.add(table)
+        report = pipeline.run()
+        assert report.rejected is None, str(report.rejected)
+        check_join_answers(compiled, warehouse, live, landed, f"after batch {seq} ({op} on {table})")
+
+
+USING_PROGRAM = HEADER + JOIN_TABLES + """
+CREATE VIEW inner_using AS SELECT k, SUM(x) AS sx, SUM(v) AS sv FROM a JOIN b USING (k) GROUP BY k;
+CREATE VIEW left_using AS SELECT k, a.g, v FROM a LEFT JOIN b USING (k);
+CREATE VIEW full_using AS SELECT k, COUNT(*) AS n FROM a FULL JOIN b USING (k) GROUP BY k;
+CREATE VIEW right_using AS SELECT k, x, v FROM a RIGHT JOIN b USING (k);
+CREATE VIEW chain_using AS SELECT h, COUNT(*) AS n FROM b JOIN c USING (h) GROUP BY h;
+"""
+
+
+@pytest.mark.parametrize("local_rows", [0, 200_000], ids=["spark", "driver"])
+def test_join_using_resolves_names_as_duckdb(spark, tmp_path, local_rows):
+    """``JOIN ... USING (k)``: the unqualified ``k`` is the left side's (the right side's for a
+    RIGHT join, their COALESCE for a FULL one), as DuckDB names it, after every batch."""
+    from tests.runtime.test_equivalence import JOIN_SCHEMAS, land_join_batch
+
+    compiled = compile_text(USING_PROGRAM, path="using.sql", name="using")
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    rng = random.Random(3)
+    live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
+    landed: set[str] = set()
+    steps = [("a", "insert"), ("b", "insert"), ("c", "insert"), ("a", "insert"),
+             ("b", "delete"), ("a", "delete"), ("c", "insert")]
+    for seq, (table, wanted) in enumerate(steps):
+        op = land_join_batch(rng, landing, table, wanted, seq, live)
+        landed.add(table)
+        report = pipeline.run()
+        assert report.rejected is None, str(report.rejected)
+        check_join_answers(compiled, warehouse, live, landed, f"after batch {seq} ({op} on {table})")

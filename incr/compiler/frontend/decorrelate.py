@@ -69,7 +69,7 @@ def decorrelate(q: Query) -> Query:
         rewrite_not_in(negation, q.program)
     try:
         tree = qualify_names(scope, tree)
-        if sum(rewrite_compared_exists(e) for e in list(tree.find_all(exp.Exists))):
+        if sum(rewrite_compared_exists(e, i) for i, e in enumerate(list(tree.find_all(exp.Exists)))):
             tree = qualify_names(scope, tree)  # the scalar subqueries written are new scopes
         tree = merge_subqueries(unnest_subqueries(eliminate_subqueries(tree)))
         # An EXISTS still standing is uncorrelated: a one-row count, crossed in.
@@ -197,7 +197,7 @@ def rewrite_not_in(node: exp.Not, program: Program) -> None:
     node.replace(exp.Paren(this=exp.and_(match, exp.Paren(this=rest))))
 
 
-#: A comparison of an inner value with an outer one, as the aggregate of the inner values
+#: A comparison of an inner value with an outer one, as the extreme of the inner values
 #: that decides whether some row passes: ``x > o`` for some x iff ``MAX(x) > o``.
 _EXTREME: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.Max, exp.GTE: exp.Max, exp.LT: exp.Min, exp.LTE: exp.Min}
@@ -205,32 +205,36 @@ _FLIPPED: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.NEQ: exp.NEQ}
 
 
-def rewrite_compared_exists(exists: exp.Exists) -> bool:
-    """``[NOT] EXISTS`` correlated by equalities plus one comparison, as scalar subqueries.
+def rewrite_compared_exists(exists: exp.Exists, number: int) -> bool:
+    """``[NOT] EXISTS`` correlated by equalities plus one comparison, as a join.
 
     TPC-H Q21's ``EXISTS (SELECT * FROM l2 WHERE l2.k = l1.k AND l2.s <> l1.s)`` has no
-    join form: its correlation is not an equality.  With the equalities ``E`` and inner
-    filters ``F`` kept, the comparison of an inner value ``x`` with an outer ``o`` is decided
-    by per-key aggregates, which unnest into joins on the equality keys:
+    join form as written: its correlation is not an equality.  Whether some inner row with
+    the outer row's keys passes the comparison of its ``x`` with the outer ``o`` is decided
+    by the extremes of ``x`` over those rows (NULLs aside), kept per key in a derived table
+    ``_cmp<number>`` (the inner rows, their own filters applied, grouped by the equality
+    keys) that the outer query LEFT JOINs on the keys:
 
-    * ``x > o`` (``>=``): some row passes iff ``MAX(x) > o``; ``<`` and ``<=`` by ``MIN``;
-    * ``x <> o``: iff ``o`` is not NULL and the rows with a non-NULL ``x`` outnumber those
-      with ``x = o`` (an equality correlation of its own).
+    * ``x > o`` (``>=``) for some row iff ``MAX(x) > o``; ``<`` and ``<=`` by ``MIN``;
+    * ``x <> o`` for some row iff ``MIN(x) <> o OR MAX(x) <> o``.
 
-    Each comparison is NULL when no row matches the keys, which is read as false, so NOT
-    EXISTS holds then, as in SQL.  Runs on qualified names; a subquery of another shape is
-    left as it is (and refused by name later).  Returns whether it rewrote.
+    The test is NULL when no row has the keys (or ``o`` is NULL), which is read as false,
+    so NOT EXISTS holds then, as in SQL.  Runs on qualified names; a subquery of another
+    shape is left as it is (and refused by name later).  Returns whether it rewrote.
     """
-    sub = exists.this
+    sub, outer = exists.this, exists.parent_select
     if not isinstance(sub, exp.Select) or not sub.args.get("from_") or sub.args.get("group") \
-            or sub.args.get("having") or sub.args.get("limit") or sub.args.get("where") is None:
+            or sub.args.get("having") or sub.args.get("limit") or sub.args.get("where") is None \
+            or not isinstance(outer, exp.Select) or not outer.args.get("from_"):
         return False
-    equal, compared, rest = [], [], []
+    equal: list[tuple[exp.Expr, exp.Expr]] = []
+    compared, rest = [], []
     for c in conjuncts(sub.args["where"].this):
+        sides = _split_sides(c, sub) if _reads_outer(c, sub) else None
         if not _reads_outer(c, sub):
             rest.append(c)
-        elif isinstance(c, exp.EQ) and _split_sides(c, sub) is not None:
-            equal.append(c)
+        elif isinstance(c, exp.EQ) and sides is not None:
+            equal.append((sides[0], sides[1]))
         else:
             compared.append(c)
     if len(compared) != 1 or not equal or type(compared[0]) not in _FLIPPED:
@@ -239,24 +243,20 @@ def rewrite_compared_exists(exists: exp.Exists) -> bool:
     if sides is None:
         return False
     x, o, op = sides
-    kept = equal + rest
-
-    def scalar(select: exp.Expr, *more: exp.Expr) -> exp.Subquery:
-        q = sub.copy()
-        q.set("expressions", [select])
-        q.set("where", exp.Where(this=exp.and_(*(c.copy() for c in (*kept, *more)))))
-        return exp.Subquery(this=q)
-
-    if op is exp.NEQ:
-        def count(q: exp.Subquery) -> exp.Expr:
-            return exp.func("COALESCE", q, exp.Literal.number(0))
-        decided: exp.Expr = exp.and_(
-            exp.Not(this=exp.Is(this=o.copy(), expression=exp.Null())),
-            exp.GT(this=count(scalar(exp.Count(this=x.copy()))),
-                   expression=count(scalar(exp.Count(this=exp.Star()),
-                                           exp.EQ(this=x.copy(), expression=o.copy())))))
-    else:
-        decided = op(this=scalar(_EXTREME[op](this=x.copy())), expression=o.copy())
+    alias = f"_cmp{number}"
+    extremes = [exp.Min, exp.Max] if op is exp.NEQ else [_EXTREME[op]]
+    derived = sub.copy()
+    derived.set("expressions", [exp.alias_(inner.copy(), f"_k{i}") for i, (inner, _) in enumerate(equal)]
+                + [exp.alias_(f(this=x.copy()), f"_{f.__name__.lower()}") for f in extremes])
+    derived.set("where", exp.Where(this=exp.and_(*(c.copy() for c in rest))) if rest else None)
+    derived.set("group", exp.Group(expressions=[inner.copy() for inner, _ in equal]))
+    on = exp.and_(*(exp.EQ(this=exp.column(f"_k{i}", table=alias), expression=o_key.copy())
+                    for i, (_, o_key) in enumerate(equal)))
+    outer.join(exp.Subquery(this=derived, alias=exp.TableAlias(this=exp.to_identifier(alias))),
+               on=on, join_type="left", copy=False)
+    tests = [(exp.NEQ if op is exp.NEQ else op)(
+        this=exp.column(f"_{f.__name__.lower()}", table=alias), expression=o.copy()) for f in extremes]
+    decided = tests[0] if len(tests) == 1 else exp.or_(*tests)
     exists.replace(exp.Paren(this=exp.func("COALESCE", exp.Paren(this=decided), exp.false())))
     return True
 

@@ -12,13 +12,18 @@ The union's branches go finest first, so that its column types come from a branc
 NULL in place of a key.  The query's ORDER BY / LIMIT / OFFSET (and its WITH) move onto the
 union; an ORDER BY must then name output columns (or repeat an item's expression).
 
-Every branch is then an ordinary aggregation stage: exact under deletes, each keeping its
-own state.  (Deriving the coarser levels from the finest one's state would store less; the
-branches' answers are the same.)
+When every aggregate combines from partial results (COUNT, SUM, MIN, MAX, AVG), the sets
+are derived from one grouping by every key (seed 003's BRR rule, :func:`_derived`): a CTE
+``_incr_fine`` is the only query over the source rows, a set holding every key reads its
+rows as they are, and a coarser set re-aggregates them, so it keeps a row per group of the
+finest grouping it covers instead of reading the source again.  Otherwise (COUNT(DISTINCT),
+VAR, STDDEV) every branch is an aggregation over the source of its own.  Either way each
+branch is an ordinary stage, exact under deletes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import combinations, product
 
@@ -35,6 +40,8 @@ from incr.compiler.frontend.resolve_names import (
 )
 from incr.compiler.frontend.trees import unqualified
 
+#: The CTE of the finest grouping the sets are derived from (see :func:`_derived`).
+FINE = "_incr_fine"
 #: More grouping sets than this (a CUBE of seven columns) is refused: each is a stage.
 MAX_SETS = 64
 
@@ -86,8 +93,12 @@ def _expand(scope: Scope, select: exp.Select) -> exp.Expr:
     for i, item in enumerate(select.expressions):
         names.append(unique(item.alias if isinstance(item, exp.Alias) else default_name(item, i),
                             used))
-    branches = [_branch(select, s, keys, types, names)
-                for s in sorted(sets, key=len, reverse=True)]
+    ordered = sorted(sets, key=len, reverse=True)
+    derived = _derived(select, ordered, keys, types, names) if len(sets) > 1 else None
+    if derived is not None:
+        branches, fine = derived
+    else:
+        branches, fine = [_branch(select, s, keys, types, names) for s in ordered], None
     union: exp.Expr = branches[0]
     for branch in branches[1:]:
         union = exp.Union(this=union, expression=branch, distinct=False)
@@ -99,6 +110,11 @@ def _expand(scope: Scope, select: exp.Select) -> exp.Expr:
     for key in ("limit", "offset", "with_"):
         if select.args.get(key) is not None:
             union.set(key, select.args[key])
+    if fine is not None:  # the finest grouping, after the view's own CTEs it may read
+        with_ = union.args.get("with_") or exp.With(expressions=[])
+        with_.set("expressions", [*with_.expressions, exp.CTE(
+            this=fine, alias=exp.TableAlias(this=exp.to_identifier(FINE)))])
+        union.set("with_", with_)
     if select.args.get("order") is not None:
         union.set("order", _order_by_names(scope, select, names))
     return union
@@ -189,6 +205,116 @@ def _branch(select: exp.Select, chosen: list[exp.Expr], keys: dict[str, exp.Expr
     if having is not None:
         having.set("this", having.this.transform(substitute, copy=False))
     return branch
+
+
+def _derived(select: exp.Select, sets: list[list[exp.Expr]], keys: dict[str, exp.Expr],
+             types: dict[str, str], names: list[str]) -> tuple[list[exp.Select], exp.Select] | None:
+    """The grouping sets derived from one grouping by every key (seed 003's BRR rule).
+
+    The finest grouping keeps, per group, the partial results each aggregate is combined
+    from (COUNT and SUM add up, MIN and MAX take theirs, AVG is a SUM over a COUNT); it is
+    the only query over the source rows.  A set holding every key reads its rows as they
+    are; a coarser set re-aggregates them, so its state holds a row per group of the finest
+    grouping it covers, not per source row.  Returns (the branches, the finest grouping's
+    SELECT), or None when an aggregate does not combine that way (COUNT(DISTINCT), VAR,
+    STDDEV) or an item reads a column outside its aggregates and keys (the per-set branches
+    then say what is wrong).
+    """
+    key_names = {k: f"_g{i}" for i, k in enumerate(keys)}
+    partials: dict[str, str] = {}
+    partial_nodes: list[exp.Expr] = []
+
+    def partial(node: exp.Expr) -> exp.Column:
+        sql = node.sql()
+        if sql not in partials:
+            partials[sql] = f"_p{len(partials)}"
+            partial_nodes.append(exp.alias_(node.copy(), partials[sql]))
+        return exp.column(partials[sql])
+
+    def over(node: exp.Expr, chosen: set[str] | None) -> exp.Expr | None:
+        """``node`` over the finest grouping's columns.
+
+        ``chosen``: the set's keys; None: the finest rows as they are.
+        """
+        failed = False
+
+        def swap(n: exp.Expr) -> exp.Expr:
+            nonlocal failed
+            if isinstance(n, exp.Grouping):
+                kept = set(keys) if chosen is None else chosen
+                bits = [0 if _key(a) in kept else 1 for a in n.expressions]
+                return exp.Literal.number(int("".join(map(str, bits)) or "0", 2))
+            if isinstance(n, exp.AggFunc):
+                combined = _combine(n, partial, chosen is None)
+                failed = failed or combined is None
+                return combined if combined is not None else n
+            key = _key(n) if isinstance(n, _KEYED) else None
+            if key is not None and key in keys:
+                if chosen is not None and key not in chosen:
+                    null = exp.Null()
+                    return exp.Cast(this=null, to=exp.DataType.build(types[key])) \
+                        if key in types else null
+                return exp.column(key_names[key])
+            return n
+
+        out = node.copy().transform(swap)
+        generated = set(key_names.values()) | set(partials.values())
+        if failed or any(c.name not in generated or c.table for c in out.find_all(exp.Column)):
+            return None
+        return out
+
+    branches: list[exp.Select] = []
+    having = select.args.get("having")
+    for chosen_set in sets:
+        chosen = {_key(e) for e in chosen_set}
+        finest = chosen == set(keys)
+        items = []
+        for item, name in zip(select.expressions, names):
+            body = over(item.this if isinstance(item, exp.Alias) else item,
+                        None if finest else chosen)
+            if body is None:
+                return None
+            items.append(exp.alias_(body, name, quoted=True))
+        branch = exp.select(*items).from_(FINE)
+        if not finest and chosen_set:
+            branch = branch.group_by(*(exp.column(key_names[_key(e)]) for e in chosen_set))
+        if having is not None:
+            condition = over(having.this, None if finest else chosen)
+            if condition is None:
+                return None
+            branch = branch.where(condition) if finest else branch.having(condition)
+        branches.append(branch)
+    fine = select.copy()
+    for key in ("order", "limit", "offset", "with_", "having"):
+        fine.set(key, None)
+    fine.set("expressions", [exp.alias_(e.copy(), key_names[k]) for k, e in keys.items()]
+             + partial_nodes)
+    fine.set("group", exp.Group(expressions=[e.copy() for e in keys.values()]) if keys else None)
+    return branches, fine
+
+
+def _combine(agg: exp.AggFunc, partial: Callable[[exp.Expr], exp.Column],
+             finest: bool) -> exp.Expr | None:
+    """An aggregate from the finest grouping's partial results (None: it has no such form).
+
+    ``finest``: over one group's row of partials (a set holding every key), else over the
+    rows of a coarser group.
+    """
+    if agg.find(exp.Distinct) or not isinstance(agg, (exp.Count, exp.Sum, exp.Min, exp.Max,
+                                                      exp.Avg)):
+        return None
+    if isinstance(agg, exp.Avg):
+        total: exp.Expr = partial(exp.Sum(this=agg.this.copy()))
+        count: exp.Expr = partial(exp.Count(this=agg.this.copy()))
+        if not finest:
+            total, count = exp.Sum(this=total), exp.Sum(this=count)
+        return exp.Div(this=exp.Cast(this=total, to=exp.DataType.build("DOUBLE")), expression=count)
+    column = partial(agg)
+    if finest:
+        return column
+    if isinstance(agg, exp.Count):  # a count over no rows is 0, not NULL
+        return exp.func("COALESCE", exp.Sum(this=column), exp.Literal.number(0))
+    return type(agg)(this=column)
 
 
 def _order_by_names(scope: Scope, select: exp.Select, names: list[str]) -> exp.Order:

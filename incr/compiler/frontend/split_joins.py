@@ -46,7 +46,7 @@ def split_joins(b: Block) -> Block:
     and split as the module docstring says.
 
     Raises:
-        NotIncrementalizableError: for a join incr cannot maintain (USING, NATURAL, SEMI,
+        NotIncrementalizableError: for a join incr cannot maintain (NATURAL, SEMI,
             cross or non-equi joins, outer joins with other conditions, ...).
         CompileError: for unknown, ambiguous or duplicated names.
     """
@@ -86,8 +86,6 @@ def read_inputs(b: Block) -> list[Input]:
         if not isinstance(j.this, exp.Table):
             raise scope.refuse("subquery in JOIN", "only tables and inner queries named in "
                                "JOIN are read", j.this)
-        if j.args.get("using"):
-            raise scope.refuse("JOIN ... USING", "write the condition as ON a.k = b.k", j)
         if (j.args.get("method") or "").upper() == "NATURAL":
             raise scope.refuse("NATURAL JOIN", "write the condition as ON a.k = b.k", j)
         if kind not in ("", "INNER", "CROSS", "OUTER"):
@@ -98,12 +96,36 @@ def read_inputs(b: Block) -> list[Input]:
                 raise scope.refuse(key.upper(), "it has no incremental form here", j.this)
         inputs.append(Input(j.this.alias_or_name, resolve_table(scope, j.this, b.derived),
                             bool(j.this.meta.get("incr_stage")), j))
+        if j.args.get("using"):
+            _using_as_on(scope, tree, j, inputs)
     seen_alias: set[str] = set()
     for inp in inputs:
         if inp.alias.lower() in seen_alias:
             raise scope.error(f"alias {inp.alias} is used twice in FROM", inp.node or first)
         seen_alias.add(inp.alias.lower())
     return inputs
+
+
+def _using_as_on(scope: Scope, tree: exp.Select, j: exp.Join, inputs: list[Input]) -> None:
+    """``JOIN r USING (c)`` as ``ON l.c = r.c``.
+
+    ``l`` is the first input before ``r`` with a column ``c``; the unqualified ``c`` then
+    names ``l.c`` (``r.c`` for a RIGHT join, their COALESCE for a FULL one), as in DuckDB
+    (see :func:`_flatten_columns`).
+    """
+    right = inputs[-1]
+    names = tree.meta.setdefault("incr_using", {})
+    conditions = []
+    for ident in j.args["using"]:
+        name = ident.name
+        left = next((i for i in inputs[:-1] if i.decl.column(name) is not None), None)
+        if left is None or right.decl.column(name) is None:
+            raise scope.error(f"USING column {name} is not in both sides of the join", j)
+        conditions.append(exp.EQ(this=exp.column(name, table=left.alias),
+                                 expression=exp.column(name, table=right.alias)))
+        names[name.lower()] = ((j.args.get("side") or "").upper(), left.alias, right.alias)
+    j.set("using", None)
+    j.set("on", exp.and_(*conditions))
 
 
 def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]:
@@ -269,20 +291,37 @@ def _flatten_columns(scope: Scope, tree: exp.Select, inputs: list[Input]) -> dic
             candidates = [i for i in inputs if i.decl.column(col.name) is not None]
             if not candidates and col.name in aliases:
                 continue
+            using = tree.meta.get("incr_using", {}).get(col.name.lower())
+            if using is not None and len(candidates) > 1:  # a USING column: one name
+                side, left, right = using
+                if side == "FULL":
+                    merged = exp.func("COALESCE", *(exp.column(col.name, table=a)
+                                                     for a in (left, right)))
+                    col.replace(merged)
+                    for part in list(merged.find_all(exp.Column)):
+                        _flatten_one(part, by_alias[part.table.lower()], flat_of)
+                    continue
+                candidates = [by_alias[(right if side == "RIGHT" else left).lower()]]
             if len(candidates) > 1:
                 raise scope.error(f"column {col.name} is ambiguous: it is in "
                                   f"{', '.join(i.alias for i in candidates)}; qualify it", col)
         inp = candidates[0] if candidates else None
-        declared = inp.decl.column(col.name) if inp is not None else None
-        if inp is None or declared is None:
-            where = f"table {inp.decl.name}" if inp is not None else "any joined table"
+        if inp is None or inp.decl.column(col.name) is None:
+            where = f"table {inp.alias}" if inp is not None else "any joined table"
             raise scope.error(f"unknown column {col.name} in {where}", col)
-        flat = f"{inp.alias.lower()}__{declared.name}"
-        flat_of[flat] = (inp.alias.lower(), declared.name)
-        resolved = exp.column(flat)
-        resolved.this.meta.update(col.this.meta)
-        col.replace(resolved)
+        _flatten_one(col, inp, flat_of)
     return flat_of
+
+
+def _flatten_one(col: exp.Column, inp: Input, flat_of: dict[str, tuple[str, str]]) -> None:
+    """Replaces ``col`` (a column of ``inp``) by its joined-relation name."""
+    declared = inp.decl.column(col.name)
+    assert declared is not None
+    flat = f"{inp.alias.lower()}__{declared.name}"
+    flat_of[flat] = (inp.alias.lower(), declared.name)
+    resolved = exp.column(flat)
+    resolved.this.meta.update(col.this.meta)
+    col.replace(resolved)
 
 
 def as_written(node: exp.Expr, flat_of: dict[str, tuple[str, str]]) -> str:
