@@ -967,26 +967,33 @@ CREATE VIEW below AS SELECT c.h, c.w FROM c
 """
 
 
-@pytest.mark.parametrize("local_rows", [0, 200_000], ids=["spark", "driver"])
-def test_exists_correlated_by_a_comparison_equals_oracle(spark, tmp_path, local_rows):
-    """TPC-H Q21's shape and its kin (an equality plus one of <>, >=, <) over random batches
-    with NULLs, inserts and deletes on both sides, against DuckDB after every batch."""
+def check_fixed_batches(spark, tmp_path, text: str, local_rows: int, seed: int,
+                        steps: list[tuple[str, str]]) -> None:
+    """``text``'s views against DuckDB after each of ``steps`` (table, insert or delete),
+    random rows of the join tables drawn with ``seed``."""
     from tests.runtime.test_equivalence import JOIN_SCHEMAS, land_join_batch
 
-    compiled = compile_text(COMPARED_EXISTS_PROGRAM, path="compared.sql", name="compared")
+    compiled = compile_text(text, path="fixed.sql", name="fixed")
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
-    rng = random.Random(21)
+    rng = random.Random(seed)
     live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
     landed: set[str] = set()
-    steps = [("b", "insert"), ("a", "insert"), ("c", "insert"), ("b", "insert"),
-             ("b", "delete"), ("a", "delete"), ("b", "insert"), ("c", "delete")]
     for seq, (table, wanted) in enumerate(steps):
         op = land_join_batch(rng, landing, table, wanted, seq, live)
         landed.add(table)
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
         check_join_answers(compiled, warehouse, live, landed, f"after batch {seq} ({op} on {table})")
+
+
+@pytest.mark.parametrize("local_rows", [0, 200_000], ids=["spark", "driver"])
+def test_exists_correlated_by_a_comparison_equals_oracle(spark, tmp_path, local_rows):
+    """TPC-H Q21's shape and its kin (an equality plus one of <>, >=, <) over random batches
+    with NULLs, inserts and deletes on both sides, against DuckDB after every batch."""
+    check_fixed_batches(spark, tmp_path, COMPARED_EXISTS_PROGRAM, local_rows, 21, [
+        ("b", "insert"), ("a", "insert"), ("c", "insert"), ("b", "insert"),
+        ("b", "delete"), ("a", "delete"), ("b", "insert"), ("c", "delete")])
 
 
 USING_PROGRAM = HEADER + JOIN_TABLES + """
@@ -1002,19 +1009,6 @@ CREATE VIEW chain_using AS SELECT h, COUNT(*) AS n FROM b JOIN c USING (h) GROUP
 def test_join_using_resolves_names_as_duckdb(spark, tmp_path, local_rows):
     """``JOIN ... USING (k)``: the unqualified ``k`` is the left side's (the right side's for a
     RIGHT join, their COALESCE for a FULL one), as DuckDB names it, after every batch."""
-    from tests.runtime.test_equivalence import JOIN_SCHEMAS, land_join_batch
-
-    compiled = compile_text(USING_PROGRAM, path="using.sql", name="using")
-    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
-    rng = random.Random(3)
-    live: dict[str, list[dict]] = {t: [] for t in JOIN_SCHEMAS}
-    landed: set[str] = set()
-    steps = [("a", "insert"), ("b", "insert"), ("c", "insert"), ("a", "insert"),
-             ("b", "delete"), ("a", "delete"), ("c", "insert")]
-    for seq, (table, wanted) in enumerate(steps):
-        op = land_join_batch(rng, landing, table, wanted, seq, live)
-        landed.add(table)
-        report = pipeline.run()
-        assert report.rejected is None, str(report.rejected)
-        check_join_answers(compiled, warehouse, live, landed, f"after batch {seq} ({op} on {table})")
+    check_fixed_batches(spark, tmp_path, USING_PROGRAM, local_rows, 3, [
+        ("a", "insert"), ("b", "insert"), ("c", "insert"), ("a", "insert"),
+        ("b", "delete"), ("a", "delete"), ("c", "insert")])

@@ -12,12 +12,13 @@ The union's branches go finest first, so that its column types come from a branc
 NULL in place of a key.  The query's ORDER BY / LIMIT / OFFSET (and its WITH) move onto the
 union; an ORDER BY must then name output columns (or repeat an item's expression).
 
-When every aggregate combines from partial results (COUNT, SUM, MIN, MAX, AVG), the sets
+When every aggregate combines from partial results (COUNT, SUM, MIN, MAX, AVG, and
+COUNT(DISTINCT x) once x is a key of the finest grouping), the sets
 are derived from one grouping by every key (seed 003's BRR rule, :func:`_derived`): a CTE
 ``_incr_fine`` is the only query over the source rows, a set holding every key reads its
 rows as they are, and a coarser set re-aggregates them, so it keeps a row per group of the
-finest grouping it covers instead of reading the source again.  Otherwise (COUNT(DISTINCT),
-VAR, STDDEV) every branch is an aggregation over the source of its own.  Either way each
+finest grouping it covers instead of reading the source again.  Otherwise (VAR, STDDEV)
+every branch is an aggregation over the source of its own.  Either way each
 branch is an ordinary stage, exact under deletes.
 """
 
@@ -215,10 +216,11 @@ def _derived(select: exp.Select, sets: list[list[exp.Expr]], keys: dict[str, exp
     from (COUNT and SUM add up, MIN and MAX take theirs, AVG is a SUM over a COUNT); it is
     the only query over the source rows.  A set holding every key reads its rows as they
     are; a coarser set re-aggregates them, so its state holds a row per group of the finest
-    grouping it covers, not per source row.  Returns (the branches, the finest grouping's
-    SELECT), or None when an aggregate does not combine that way (COUNT(DISTINCT), VAR,
-    STDDEV) or an item reads a column outside its aggregates and keys (the per-set branches
-    then say what is wrong).
+    grouping it covers, not per source row.  A COUNT(DISTINCT x) makes x a key of the
+    finest grouping, counted by every set.  Returns (the branches, the finest grouping's
+    SELECT), or None when an aggregate does not combine that way (VAR, STDDEV, other
+    DISTINCT aggregates) or an item reads a column outside its aggregates and keys (the
+    per-set branches then say what is wrong).
     """
     key_names = {k: f"_g{i}" for i, k in enumerate(keys)}
     partials: dict[str, str] = {}
@@ -230,6 +232,20 @@ def _derived(select: exp.Select, sets: list[list[exp.Expr]], keys: dict[str, exp
             partials[sql] = f"_p{len(partials)}"
             partial_nodes.append(exp.alias_(node.copy(), partials[sql]))
         return exp.column(partials[sql])
+
+    # COUNT(DISTINCT x): the finest grouping is by x too, and a set counts the distinct x
+    # of its rows (seed 003's CMORR rule); then no set reads the finest rows as they are.
+    having = select.args.get("having")
+    counted: dict[str, str] = {}
+    for node in [*select.expressions, *([having] if having is not None else [])]:
+        for agg in node.find_all(exp.Count):
+            arg = agg.this
+            if isinstance(arg, exp.Distinct) and len(arg.expressions) == 1:
+                counted.setdefault(arg.expressions[0].sql(), f"_d{len(counted)}")
+
+    def distinct(arg: exp.Expr) -> exp.Column | None:
+        name = counted.get(arg.sql())
+        return exp.column(name) if name is not None else None
 
     def over(node: exp.Expr, chosen: set[str] | None) -> exp.Expr | None:
         """``node`` over the finest grouping's columns.
@@ -245,7 +261,7 @@ def _derived(select: exp.Select, sets: list[list[exp.Expr]], keys: dict[str, exp
                 bits = [0 if _key(a) in kept else 1 for a in n.expressions]
                 return exp.Literal.number(int("".join(map(str, bits)) or "0", 2))
             if isinstance(n, exp.AggFunc):
-                combined = _combine(n, partial, chosen is None)
+                combined = _combine(n, partial, distinct, chosen is None)
                 failed = failed or combined is None
                 return combined if combined is not None else n
             key = _key(n) if isinstance(n, _KEYED) else None
@@ -258,16 +274,15 @@ def _derived(select: exp.Select, sets: list[list[exp.Expr]], keys: dict[str, exp
             return n
 
         out = node.copy().transform(swap)
-        generated = set(key_names.values()) | set(partials.values())
+        generated = set(key_names.values()) | set(partials.values()) | set(counted.values())
         if failed or any(c.name not in generated or c.table for c in out.find_all(exp.Column)):
             return None
         return out
 
     branches: list[exp.Select] = []
-    having = select.args.get("having")
     for chosen_set in sets:
         chosen = {_key(e) for e in chosen_set}
-        finest = chosen == set(keys)
+        finest = chosen == set(keys) and not counted
         items = []
         for item, name in zip(select.expressions, names):
             body = over(item.this if isinstance(item, exp.Alias) else item,
@@ -287,19 +302,31 @@ def _derived(select: exp.Select, sets: list[list[exp.Expr]], keys: dict[str, exp
     fine = select.copy()
     for key in ("order", "limit", "offset", "with_", "having"):
         fine.set(key, None)
+    by_sql: dict[str, exp.Expr] = {}
+    for node in select.find_all(exp.Distinct):  # the DISTINCT arguments as written
+        for arg in node.expressions:
+            by_sql.setdefault(arg.sql(), arg)
+    grouped = [*keys.values(), *(by_sql[sql] for sql in counted)]
     fine.set("expressions", [exp.alias_(e.copy(), key_names[k]) for k, e in keys.items()]
+             + [exp.alias_(by_sql[sql].copy(), name) for sql, name in counted.items()]
              + partial_nodes)
-    fine.set("group", exp.Group(expressions=[e.copy() for e in keys.values()]) if keys else None)
+    fine.set("group", exp.Group(expressions=[e.copy() for e in grouped]) if grouped else None)
     return branches, fine
 
 
 def _combine(agg: exp.AggFunc, partial: Callable[[exp.Expr], exp.Column],
-             finest: bool) -> exp.Expr | None:
+             distinct: Callable[[exp.Expr], exp.Column | None], finest: bool) -> exp.Expr | None:
     """An aggregate from the finest grouping's partial results (None: it has no such form).
 
     ``finest``: over one group's row of partials (a set holding every key), else over the
-    rows of a coarser group.
+    rows of a coarser group.  ``distinct`` gives the finest grouping's column holding a
+    COUNT(DISTINCT)'s argument.
     """
+    inner = agg.this
+    if isinstance(agg, exp.Count) and isinstance(inner, exp.Distinct) \
+            and len(inner.expressions) == 1 and not finest:
+        column = distinct(inner.expressions[0])
+        return exp.Count(this=exp.Distinct(expressions=[column])) if column is not None else None
     if agg.find(exp.Distinct) or not isinstance(agg, (exp.Count, exp.Sum, exp.Min, exp.Max,
                                                       exp.Avg)):
         return None
