@@ -39,6 +39,12 @@ if TYPE_CHECKING:
 DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
+    # Without a UI Spark's SQL listener still keeps each query's plan description, up to 1000
+    # queries by default; a long-lived session (a test run, `incr bench`) running many large
+    # incremental queries filled a 2g driver heap with them and spent its time in full GCs.
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.session.timeZone": "UTC",
     # ANSI arithmetic: an overflow or a cast that does not fit is an error, never a wrapped
