@@ -298,8 +298,12 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
                 f"{answer.explode.render(SPARK)})) AS `_copy`")
     if answer.having is not None:
         sql += f"\nWHERE {answer.having.render(SPARK)}"
-    if answer.order:
-        sql += "\nORDER BY " + ", ".join(_sort_key(k) for k in answer.order)
+    return sql + _ordered(answer.order, answer)
+
+
+def _ordered(order: tuple[SortKey, ...], answer: Answer) -> str:
+    """The ORDER BY ``order``, LIMIT and OFFSET of ``answer``, as a query's tail."""
+    sql = "\nORDER BY " + ", ".join(_sort_key(k) for k in order) if order else ""
     if answer.limit is not None:
         sql += f"\nLIMIT {answer.limit}"
     if answer.offset:
@@ -315,16 +319,9 @@ def _ordered_windows(answer: Answer, views: dict[str, str]) -> str:
     """
     keys = tuple(Named(f"_o{i}", k.expr) for i, k in enumerate(answer.order))
     inner = replace(answer, exprs=answer.exprs + keys, order=(), limit=None, offset=0)
-    outer = replace(answer, order=tuple(replace(k, expr=Scalar.column(f"_o{i}"))
-                                        for i, k in enumerate(answer.order)))
-    sql = (f"SELECT {', '.join(q(e.name) for e in answer.exprs)} FROM (\n"
-           f"{render_answer(inner, views)}\n) AS `_windows`")
-    sql += "\nORDER BY " + ", ".join(_sort_key(k) for k in outer.order)
-    if answer.limit is not None:
-        sql += f"\nLIMIT {answer.limit}"
-    if answer.offset:
-        sql += f"\nOFFSET {answer.offset}"
-    return sql
+    order = tuple(replace(k, expr=Scalar.column(f"_o{i}")) for i, k in enumerate(answer.order))
+    return (f"SELECT {', '.join(q(e.name) for e in answer.exprs)} FROM (\n"
+            f"{render_answer(inner, views)}\n) AS `_windows`" + _ordered(order, answer))
 
 
 def render_answer_change(answer: Answer, publish: Publish, views: dict[str, str],

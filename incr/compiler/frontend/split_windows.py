@@ -190,24 +190,23 @@ class _Pushed:
             if isinstance(tree, _NOT_VALUES) or not tree.find(exp.Column, exp.AggFunc):
                 return tree
             return self.column(tree, star, scope)
-        for key, value in list(tree.args.items()):
-            if isinstance(value, exp.Expr):
-                tree.set(key, self.rewrite(value, star, scope))
-            elif isinstance(value, list):
-                tree.set(key, [self.rewrite(v, star, scope) if isinstance(v, exp.Expr) else v
-                               for v in value])
+        self._arguments(tree, star, scope)
         return tree
+
+    def _arguments(self, node: exp.Expr, star: bool, scope: Scope) -> None:
+        """Rewrites every argument of ``node`` in place (see :meth:`rewrite`)."""
+        for key, value in list(node.args.items()):
+            if isinstance(value, exp.Expr):
+                node.set(key, self.rewrite(value, star, scope))
+            elif isinstance(value, list):
+                node.set(key, [self.rewrite(v, star, scope) if isinstance(v, exp.Expr) else v
+                               for v in value])
 
     def _window(self, window: exp.Window, star: bool, scope: Scope) -> exp.Expr:
         func = window.this
         while isinstance(func, (exp.IgnoreNulls, exp.RespectNulls)):
             func = func.this
-        for key, value in list(func.args.items()):
-            if isinstance(value, exp.Expr):
-                func.set(key, self.rewrite(value, star, scope))
-            elif isinstance(value, list):
-                func.set(key, [self.rewrite(v, star, scope) if isinstance(v, exp.Expr) else v
-                               for v in value])
+        self._arguments(func, star, scope)
         window.set("partition_by", [self.rewrite(p, star, scope)
                                     for p in window.args.get("partition_by") or []])
         order = window.args.get("order")
