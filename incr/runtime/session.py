@@ -143,7 +143,7 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
                                   F.substring_index(F.col("_metadata.file_path"), "/", -depth))
                  .withColumn("incr_row__", F.col("_metadata.row_index"))
                  .join(gone, on=["incr_file__", "incr_row__"], how="left_anti"))
-    return frame.select(*[f.name for f in snapshot.schema])
+    return frame.select(*[_column(f.name) for f in snapshot.schema])
 
 
 #: Session settings of a write of files for delta-rs, set for the write only: Spark's

@@ -7,6 +7,7 @@ runs the front end up to and including the file's step, then compares the render
 that step's output with the expected text.  A step that raises renders as
 ``<ErrorClass>: <path>:<line>:<column>: <message>``, so refusals are fixtures too.
 
+* ``name_outputs``: the query with its unaliased output items aliased by DuckDB's names.
 * ``refuse_unsupported``: ``accepted``, or the refusal.
 * ``decorrelate``: the rewritten query (sqlglot's pretty DuckDB SQL) and the output names
   it recorded.
@@ -66,6 +67,11 @@ def columns(cols: Sequence[Column]) -> str:
 
 
 # -- renderings: the "output" of each step, as text ---------------------------------------
+
+
+def render_name_outputs(case: Case) -> str:
+    q = run_frontend(query_of(case), until="name_outputs")
+    return q.tree.sql(dialect="duckdb", pretty=True)
 
 
 def render_refuse_unsupported(case: Case) -> str:
@@ -150,6 +156,7 @@ def render_lower_block(case: Case) -> str:
 
 
 RENDER: dict[str, Callable[[Case], str]] = {
+    "name_outputs": render_name_outputs,
     "refuse_unsupported": render_refuse_unsupported,
     "expand_grouping_sets": render_expand_grouping_sets,
     "compute_join_keys": render_compute_join_keys,
@@ -174,6 +181,11 @@ def rendered(case: Case) -> str:
 
 def cases_for(name: str) -> list[object]:
     return [pytest.param(c, id=c.id) for c in load_cases(name)]
+
+
+@pytest.mark.parametrize("case", cases_for("name_outputs"))
+def test_name_outputs(case: Case) -> None:
+    assert rendered(case) == case.expected
 
 
 @pytest.mark.parametrize("case", cases_for("refuse_unsupported"))

@@ -62,7 +62,8 @@ def aggregate_view(draw, name: str) -> str:
     keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
     aggs = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=4, unique=True))
     items = [f"{k} AS g{i}" for i, k in enumerate(keys)]
-    items += [f"{a} AS a{i}" for i, a in enumerate(aggs)]
+    # Unaliased aggregates are named as DuckDB names them (``count_star()``, ``sum(v)``).
+    items += [a if draw(st.booleans()) else f"{a} AS a{i}" for i, a in enumerate(aggs)]
     if draw(st.booleans()) and len(aggs) > 1:
         items.append("COUNT(*) * 2 + SUM(v) AS combo")
     # Grouping sets (a fifth of the grouped views): ROLLUP, CUBE or GROUPING SETS of the keys,
@@ -95,7 +96,8 @@ def aggregate_view(draw, name: str) -> str:
 
 @st.composite
 def plain_view(draw, name: str) -> str:
-    cols = draw(st.lists(st.sampled_from(["k1", "k2", "v", "x", "d", "v + 1 AS v1", "x * 2 AS x2"]),
+    cols = draw(st.lists(st.sampled_from(["k1", "k2", "v", "x", "d", "v + 1 AS v1", "x * 2",
+                                          "upper(k1)"]),
                          min_size=1, max_size=4, unique=True))
     distinct = "DISTINCT " if draw(st.booleans()) else ""
     sql = f"SELECT {distinct}{', '.join(cols)} FROM t"
@@ -224,7 +226,8 @@ def join_programs(draw) -> str:
     # Sometimes the first aggregate is named like an input column (b.v) and ordered by:
     # in ORDER BY the output name wins, as in DuckDB.
     shadow = draw(st.booleans())
-    items += [f"{a} AS {'v' if shadow and i == 0 else f'a{i}'}" for i, a in enumerate(aggs)]
+    items += [f"{a} AS v" if shadow and i == 0 else a if draw(st.booleans()) else f"{a} AS a{i}"
+              for i, a in enumerate(aggs)]
     sql = f"SELECT {', '.join(items)} {from_}"
     if draw(st.booleans()):
         sql += f" WHERE {draw(st.sampled_from(JOIN_WHERES))}"

@@ -1015,3 +1015,23 @@ def test_join_using_resolves_names_as_duckdb(spark, tmp_path, local_rows):
     check_fixed_batches(spark, tmp_path, USING_PROGRAM, local_rows, 3, [
         ("a", "insert"), ("b", "insert"), ("c", "insert"), ("a", "insert"),
         ("b", "delete"), ("a", "delete"), ("c", "insert")])
+
+
+NAMED_SETS_PROGRAM = HEADER + JOIN_TABLES + """
+CREATE VIEW spread_rollup AS SELECT g, k, COUNT(*), VAR_SAMP(x), STDDEV_POP(x), var_pop(k),
+    stddev(x) AS sd FROM a GROUP BY ROLLUP (g, k);
+CREATE VIEW spread_cube AS SELECT b.h, a.g, SUM(v), VAR_POP(v), STDDEV_SAMP(a.x * 2)
+    FROM a JOIN b ON a.k = b.k GROUP BY CUBE (b.h, a.g);
+CREATE VIEW unaliased AS SELECT k % 3, COUNT(DISTINCT g), AVG(x) * 2, max(x) - min(x),
+    CASE WHEN k > 2 THEN 'hi' ELSE 'lo' END FROM a GROUP BY k % 3, 5;
+"""
+
+
+@pytest.mark.parametrize("local_rows", [0, 200_000], ids=["spark", "driver"])
+def test_spread_in_grouping_sets_and_duckdb_names_equal_oracle(spark, tmp_path, local_rows):
+    """VAR and STDDEV of ROLLUP and CUBE levels combined from the finest grouping's counts,
+    sums and squared deviations, and unaliased columns named as DuckDB names them (the
+    oracle compares the names too), after every batch of inserts and deletes."""
+    check_fixed_batches(spark, tmp_path, NAMED_SETS_PROGRAM, local_rows, 5, [
+        ("a", "insert"), ("b", "insert"), ("a", "insert"), ("b", "insert"),
+        ("a", "delete"), ("b", "delete"), ("a", "insert"), ("a", "delete")])

@@ -10,7 +10,8 @@ module, named after its function, run in the order of a tuple.  Its steps work o
 trees; two tuples run them:
 
 * :data:`FRONTEND`, over the whole view (a :class:`~incr.compiler.frontend.query.Query`):
-  refuse what has no incremental form, expand grouping sets, decorrelate nested queries,
+  name the unaliased output columns as DuckDB does, refuse what has no incremental form,
+  expand grouping sets, decorrelate nested queries,
   make expression join keys columns, split window functions from the query they read,
   split into stages;
 * :data:`~incr.compiler.frontend.block.BLOCK`, over each query block (one SELECT, a
@@ -19,7 +20,11 @@ trees; two tuples run them:
 
 Ordering constraints of :data:`FRONTEND`:
 
-* ``refuse_unsupported`` first: it reads the tree as the user wrote it, so a refusal names
+* ``name_outputs`` first: it reads the function names as spelled from the view's text, by
+  the positions the parser gave them, and every later step (which may rewrite the output
+  items) sees the output names settled.  It moves no node, so refusals still point at
+  the construct.
+* ``refuse_unsupported`` next: it reads the tree as the user wrote it, so a refusal names
   the construct as written and points at it; the rewrites below lose positions and
   spellings.
 * ``expand_grouping_sets`` before ``decorrelate``: the UNION ALL it writes for a ROLLUP,
@@ -48,6 +53,7 @@ from sqlglot.errors import ParseError as SqlglotParseError
 from incr.compiler.frontend.compute_join_keys import compute_join_keys
 from incr.compiler.frontend.decorrelate import decorrelate
 from incr.compiler.frontend.expand_grouping_sets import expand_grouping_sets
+from incr.compiler.frontend.name_outputs import name_outputs
 from incr.compiler.frontend.query import Query, Scope, Translation
 from incr.compiler.frontend.refuse_unsupported import refuse_unsupported
 from incr.compiler.frontend.split_stages import split_stages
@@ -57,7 +63,7 @@ from incr.errors import Location, ParseError
 
 Step = Callable[[Query], Query]
 
-FRONTEND: tuple[Step, ...] = (refuse_unsupported, expand_grouping_sets, decorrelate,
+FRONTEND: tuple[Step, ...] = (name_outputs, refuse_unsupported, expand_grouping_sets, decorrelate,
                               compute_join_keys, split_windows, split_stages)
 
 

@@ -12,13 +12,13 @@ The union's branches go finest first, so that its column types come from a branc
 NULL in place of a key.  The query's ORDER BY / LIMIT / OFFSET (and its WITH) move onto the
 union; an ORDER BY must then name output columns (or repeat an item's expression).
 
-When every aggregate combines from partial results (COUNT, SUM, MIN, MAX, AVG, and
-COUNT(DISTINCT x) once x is a key of the finest grouping), the sets
+When every aggregate combines from partial results (COUNT, SUM, MIN, MAX, AVG, VAR and
+STDDEV, and COUNT(DISTINCT x) once x is a key of the finest grouping), the sets
 are derived from one grouping by every key (seed 003's BRR rule, :func:`_derived`): a CTE
 ``_incr_fine`` is the only query over the source rows, a set holding every key reads its
 rows as they are, and a coarser set re-aggregates them, so it keeps a row per group of the
-finest grouping it covers instead of reading the source again.  Otherwise (VAR, STDDEV)
-every branch is an aggregation over the source of its own.  Either way each
+finest grouping it covers instead of reading the source again.  Otherwise (another
+DISTINCT aggregate) every branch is an aggregation over the source of its own.  Either way each
 branch is an ordinary stage, exact under deletes.
 """
 
@@ -28,9 +28,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from itertools import combinations, product
 
+import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
 
+from incr.compiler.dialect import CANONICAL_DIALECT
 from incr.compiler.frontend.query import Query, Scope
 from incr.compiler.frontend.resolve_names import (
     default_name,
@@ -213,13 +215,14 @@ def _derived(select: exp.Select, sets: list[list[exp.Expr]], keys: dict[str, exp
     """The grouping sets derived from one grouping by every key (seed 003's BRR rule).
 
     The finest grouping keeps, per group, the partial results each aggregate is combined
-    from (COUNT and SUM add up, MIN and MAX take theirs, AVG is a SUM over a COUNT); it is
+    from (COUNT and SUM add up, MIN and MAX take theirs, AVG is a SUM over a COUNT, VAR and
+    STDDEV combine counts, sums and squared deviations: :func:`_spread`); it is
     the only query over the source rows.  A set holding every key reads its rows as they
     are; a coarser set re-aggregates them, so its state holds a row per group of the finest
     grouping it covers, not per source row.  A COUNT(DISTINCT x) makes x a key of the
     finest grouping, counted by every set.  Returns (the branches, the finest grouping's
-    SELECT), or None when an aggregate does not combine that way (VAR, STDDEV, other
-    DISTINCT aggregates) or an item reads a column outside its aggregates and keys (the
+    SELECT), or None when an aggregate does not combine that way (a DISTINCT aggregate
+    other than COUNT) or an item reads a column outside its aggregates and keys (the
     per-set branches then say what is wrong).
     """
     key_names = {k: f"_g{i}" for i, k in enumerate(keys)}
@@ -328,8 +331,10 @@ def _combine(agg: exp.AggFunc, partial: Callable[[exp.Expr], exp.Column],
         column = distinct(inner.expressions[0])
         return exp.Count(this=exp.Distinct(expressions=[column])) if column is not None else None
     if agg.find(exp.Distinct) or not isinstance(agg, (exp.Count, exp.Sum, exp.Min, exp.Max,
-                                                      exp.Avg)):
+                                                      exp.Avg, *_SPREAD)):
         return None
+    if isinstance(agg, _SPREAD) and not finest:
+        return _spread(agg, partial)
     if isinstance(agg, exp.Avg):
         total: exp.Expr = partial(exp.Sum(this=agg.this.copy()))
         count: exp.Expr = partial(exp.Count(this=agg.this.copy()))
@@ -342,6 +347,33 @@ def _combine(agg: exp.AggFunc, partial: Callable[[exp.Expr], exp.Column],
     if isinstance(agg, exp.Count):  # a count over no rows is 0, not NULL
         return exp.func("COALESCE", exp.Sum(this=column), exp.Literal.number(0))
     return type(agg)(this=column)
+
+
+#: VAR and STDDEV: combined from each finest group's count, sum and squared deviations.
+_SPREAD = (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevSamp, exp.StddevPop)
+
+
+def _spread(agg: exp.AggFunc, partial: Callable[[exp.Expr], exp.Column]) -> exp.Expr:
+    """VAR_SAMP / VAR_POP / STDDEV_* of a coarser group from its finest groups' partials.
+
+    Each finest group i keeps n_i = COUNT(x), s_i = SUM(x) and M2_i = VAR_POP(x) * n_i (its
+    sum of squared deviations from its own mean, maintained exactly by the VAR monoid).
+    The groups combine as in Chan et al.'s parallel form:
+    ``M2 = Σ M2_i + Σ s_i²/n_i - (Σ s_i)²/n`` with ``n = Σ n_i``; then VAR_POP is M2 / n,
+    VAR_SAMP M2 / (n - 1) (NULL below two values, as in SQL) and STDDEV its square root.
+    """
+    x = agg.this
+    n = partial(exp.Count(this=x.copy())).sql()
+    total = partial(exp.Sum(this=exp.Cast(this=x.copy(), to=exp.DataType.build("DOUBLE")))).sql()
+    m2 = partial(exp.Mul(this=exp.VariancePop(this=x.copy()), expression=exp.Count(this=x.copy()))).sql()
+    spread = (f"GREATEST(SUM({m2}) + SUM({total} * {total} / NULLIF({n}, 0)) "
+              f"- SUM({total}) * SUM({total}) / NULLIF(SUM({n}), 0), CAST(0 AS DOUBLE))")
+    sample = not isinstance(agg, (exp.VariancePop, exp.StddevPop))
+    value = (f"CASE WHEN SUM({n}) > 1 THEN {spread} / (SUM({n}) - 1) END" if sample
+             else f"{spread} / NULLIF(SUM({n}), 0)")
+    if isinstance(agg, (exp.Stddev, exp.StddevSamp, exp.StddevPop)):
+        value = f"SQRT({value})"
+    return sqlglot.parse_one(value, read=CANONICAL_DIALECT)
 
 
 def _order_by_names(scope: Scope, select: exp.Select, names: list[str]) -> exp.Order:

@@ -256,8 +256,11 @@ def default_name(node: exp.Expr, index: int) -> str:
 
 
 def unique(name: str, used: set[str]) -> str:
-    """``name``, or ``name_2``, ``name_3``, ... : the first not in ``used`` (case-insensitive)."""
-    candidate, n = name, 2
+    """``name``, or ``name_1``, ``name_2``, ... : the first not in ``used`` (case-insensitive).
+
+    The suffixes are DuckDB's, as its CREATE TABLE AS gives a repeated column name.
+    """
+    candidate, n = name, 1
     while candidate.lower() in used:
         candidate = f"{name}_{n}"
         n += 1
