@@ -25,13 +25,19 @@ SALES = REPO / "sql" / "examples" / "sales.sql"
 
 @pytest.fixture(scope="session")
 def spark():
-    """The test session's SparkSession (created once; Spark starts in ~10 s)."""
+    """The test session's SparkSession (created once; Spark starts in ~10 s).
+
+    Its heap is the product's default (4g, :data:`incr.runtime.session.DEFAULTS`): the
+    equivalence suites' views (several joined and nested stages, a plan per Δ term) hold
+    1-1.2 GB of live Catalyst plans and broadcast relations at their peak, which a 2g heap
+    turned into minutes of back-to-back full collections.
+    """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from incr.runtime.session import spark_session
 
     session = spark_session("local[2]", {"spark.sql.shuffle.partitions": "2",
                                          "spark.default.parallelism": "2",
-                                         "spark.driver.memory": "2g"})
+                                         "spark.driver.memory": "4g"})
     yield session
     session.stop()
 

@@ -58,6 +58,7 @@ ITEMS = [
     'count(a)',
     'count(distinct a)',
     'avg(distinct x)',
+    'sum( DISTINCT\n a )',
     'min(s)',
     'max(x)',
     'stddev(x)',

@@ -85,6 +85,7 @@ _FUNCTIONS = frozenset({*_DIALECT.parser_class.FUNCTIONS, *_DIALECT.parser_class
 #: Names a sub-expression (the recursion of :func:`_name` with its spelling bound).
 Namer = Callable[[exp.Expr], str]
 _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DISTINCT = re.compile(r"DISTINCT\s+", re.IGNORECASE)
 _BINARY: dict[type[exp.Expr], str] = {
     exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.IntDiv: "//",
     exp.DPipe: "||", exp.BitwiseAnd: "&", exp.BitwiseOr: "|", exp.BitwiseXor: "xor",
@@ -171,9 +172,9 @@ class Spelling:
                 first = i + 1
                 if depth == 0:
                     break
-        distinct = bool(args) and args[0][:9].upper() == "DISTINCT "
+        distinct = bool(args) and _DISTINCT.match(args[0]) is not None
         if distinct:
-            args[0] = args[0][9:].lstrip()
+            args[0] = _DISTINCT.sub("", args[0], count=1)
         return name, args, distinct
 
     @staticmethod
