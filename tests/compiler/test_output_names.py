@@ -185,6 +185,8 @@ def test_item_is_named_as_duckdb_names_it(con, item: str) -> None:
     "SELECT k, SUM(x) / SUM(SUM(x)) OVER () FROM t GROUP BY k",
     "SELECT k, COUNT(DISTINCT a) FROM t GROUP BY ROLLUP (k)",
     "SELECT k FROM t EXCEPT SELECT a FROM t",
+    "WITH c AS (SELECT k, SUM(x), COUNT(*) FROM t GROUP BY k) SELECT * FROM c",
+    'SELECT s."sum(x)" * 2, s.k FROM (SELECT k, SUM(x) FROM t GROUP BY k) AS s',
 ])
 def test_view_outputs_carry_the_names_of_a_duckdb_table(con, select: str) -> None:
     plan = compile_text(f"{TABLE};\nCREATE VIEW w AS {select};", "names.sql").plans[0]

@@ -2,18 +2,18 @@
 
 A user porting dashboards from DuckDB reads ``SELECT k, COUNT(*), SUM(x) FROM t GROUP BY k``
 back as columns ``k``, ``count_star()`` and ``sum(x)``: DuckDB names an unaliased item by
-printing its parsed expression.  This step gives every unaliased, non-column item of the
-view's output SELECT (the leftmost SELECT of a set operation) an alias spelled that way, so
-the answer table, ``explain`` and downstream views all use the names the dashboards already
-use.  Duplicates get DuckDB's ``_1``, ``_2`` suffixes, as its CREATE TABLE AS gives them.
+printing its parsed expression.  This step gives every unaliased, non-column SELECT item
+an alias spelled that way, in the view's output SELECT and in every CTE and subquery alike
+(DuckDB names them all, and a query may refer to ``"sum(x)"`` of a CTE), so the answer
+table, ``explain`` and downstream views all use the names the dashboards already use.
+Duplicates get DuckDB's ``_1``, ``_2`` suffixes, as its CREATE TABLE AS gives them.
 
 The spelling follows DuckDB's printer for the constructs a dashboard writes unaliased:
 columns, literals, arithmetic and comparison operators, AND/OR/NOT, IS [NOT] NULL, IN,
 BETWEEN, LIKE, CAST, CASE and IF, COALESCE, aggregates (with DISTINCT and FILTER), window
 functions and function calls, with function names as the user spelled them (lowercased).
 Anything else is printed by sqlglot in DuckDB's dialect, which agrees with DuckDB for most
-calls.  Items inside CTEs and subqueries keep the compiler's readable names (``sum_x``):
-they are internal to the view.
+calls.
 
 The answer tables hold these names as they are (Delta accepts any character in a column
 name); the SQL the runtime writes back-quotes every identifier.
@@ -104,13 +104,14 @@ _BARE_TYPES = {"INT": "INTEGER", "INTEGER": "INTEGER", "BIGINT": "BIGINT", "SMAL
 
 
 def name_outputs(q: Query) -> Query:
-    """Aliases the output SELECT's unaliased items with their DuckDB names; ``q`` otherwise as is."""
-    select = q.tree
-    while isinstance(select, exp.SetOperation):
-        select = select.this
-    if not isinstance(select, exp.Select):
-        return q
+    """Aliases every SELECT's unaliased items with their DuckDB names; ``q`` otherwise as is."""
     spelling = Spelling(q.scope.view.select, q.scope.view.select_offset)
+    for select in list(q.tree.find_all(exp.Select)):
+        _name_items(select, spelling)
+    return q
+
+
+def _name_items(select: exp.Select, spelling: Spelling) -> None:
     used: set[str] = set()
     for item in list(select.expressions):
         if is_star(item):
@@ -119,7 +120,6 @@ def name_outputs(q: Query) -> Query:
             used.add((item.alias if isinstance(item, exp.Alias) else item.name).lower())
             continue
         item.replace(exp.alias_(item.copy(), unique(duckdb_name(item, spelling), used), quoted=True))
-    return q
 
 
 @dataclass(frozen=True)
