@@ -34,7 +34,7 @@ from sqlglot.tokens import TokenType
 from incr.compiler.dialect import CANONICAL_DIALECT
 from incr.compiler.frontend.query import Query
 from incr.compiler.frontend.resolve_names import unique
-from incr.compiler.frontend.trees import is_star
+from incr.compiler.frontend.trees import func_name, is_star
 
 #: DuckDB's reserved and unreserved keywords (``duckdb_keywords()``): it double-quotes a
 #: column or function name that is one of them.
@@ -225,7 +225,7 @@ def _name(node: exp.Expr, spelling: Spelling | None) -> str:
     if isinstance(node, exp.Is):
         return f"({name(node.this)} IS {name(node.expression)})"
     if isinstance(node, exp.In) and node.expressions:
-        return f"({name(node.this)} IN ({', '.join(name(e) for e in node.expressions)}))"
+        return _in_list(node, "IN", name)
     if isinstance(node, exp.Between):
         return f"({name(node.this)} BETWEEN {name(node.args['low'])} AND {name(node.args['high'])})"
     if type(node) is exp.Cast and not node.args.get("format"):
@@ -267,7 +267,7 @@ def _negated(inner: exp.Expr, name: Namer) -> str:
     if isinstance(inner, exp.Is):
         return f"({name(inner.this)} IS NOT {name(inner.expression)})"
     if isinstance(inner, exp.In) and inner.expressions:
-        return f"({name(inner.this)} NOT IN ({', '.join(name(e) for e in inner.expressions)}))"
+        return _in_list(inner, "NOT IN", name)
     return f"(NOT {name(inner)})"
 
 
@@ -334,7 +334,7 @@ def _written_call(spelled: str, args: list[str], distinct: bool) -> str:
             names.append(arg)
             continue
         names.append(_name(tree, Spelling(arg)))
-    return f"{_function(spelled)}({'DISTINCT ' if distinct else ''}{', '.join(names)})"
+    return _call_text(spelled, names, distinct)
 
 
 def _call(node: exp.Func, name: Namer) -> str:
@@ -349,8 +349,17 @@ def _call(node: exp.Func, name: Namer) -> str:
             args.extend(name(e) for e in value.expressions)
         elif isinstance(value, exp.Expr):
             args.append(name(value))
-    spelled = str(node.this) if isinstance(node, exp.Anonymous) else node.sql_name()
+    return _call_text(func_name(node), args, distinct)
+
+
+def _call_text(spelled: str, args: list[str], distinct: bool) -> str:
+    """``name(DISTINCT? a, b)`` with the name as DuckDB prints it."""
     return f"{_function(spelled)}({'DISTINCT ' if distinct else ''}{', '.join(args)})"
+
+
+def _in_list(node: exp.In, word: str, name: Namer) -> str:
+    """``(x IN (a, b))`` (``word`` is IN or NOT IN)."""
+    return f"({name(node.this)} {word} ({', '.join(name(e) for e in node.expressions)}))"
 
 
 def _as_list(value: object) -> list:
