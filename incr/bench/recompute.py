@@ -49,9 +49,9 @@ def recompute(spark: SparkSession, compiled: CompiledProgram, workload: Workload
 def recompute_duckdb(compiled: CompiledProgram, workload: Workload, landing: Path,
                      done: list[Increment]) -> dict[str, pa.Table]:
     """Every view of ``compiled`` over the rows live after ``done``, computed by DuckDB."""
-    import duckdb
+    from incr.oracle import connect
 
-    con = duckdb.connect()
+    con = connect()
     try:
         con.execute("SET threads TO 2")
         for stream in workload.streams:

@@ -71,9 +71,10 @@ VIEW_CASES = [
 SELECT region, amount
 FROM sales AS s
 WHERE EXISTS (SELECT 1 FROM sales AS u
-              WHERE u.region = s.region AND u.amount > s.amount
+              WHERE u.region = s.region AND u.amount - s.amount > 0
                 AND u.qty < s.qty)""", N,
-     ["correlated subquery whose correlation is not an equality"], "EXISTS"),
+     ["correlated subquery whose correlation is not an AND of comparisons",
+      "inner.x > outer.y + 1"], "EXISTS"),
     ("right-join-after-join", """
 SELECT s.region, COUNT(*) AS n
 FROM sales AS s

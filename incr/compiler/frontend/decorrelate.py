@@ -13,11 +13,16 @@ Around them, this step:
 * rewrites an uncorrelated ``x NOT IN (S)`` WHERE conjunct into NOT EXISTS plus two
   one-row counts before qualification (:func:`rewrite_not_in`; sqlglot leaves NOT IN alone,
   and its NULL semantics need the counts);
+* rewrites subqueries correlated by comparisons, which sqlglot cannot unnest, into ones
+  correlated by equalities only: an ``[NOT] EXISTS`` with one comparison beside its
+  equalities reads per-key extremes (:func:`rewrite_compared_exists`), any other AND of
+  comparisons the DISTINCT outer values it reads, joined in (:func:`rewrite_compared_correlation`);
 * turns an uncorrelated EXISTS that is still standing into ``(SELECT COUNT(*) ...) > 0``, a
   one-row count that is crossed in;
 * drops the ``TRUE`` conjuncts unnesting leaves behind;
-* refuses what did not unnest: a correlation that is not an equality (sqlglot then builds
-  ARRAY_AGG / lambdas), and IN (subquery) anywhere but a top-level WHERE conjunct.
+* refuses what did not unnest: a correlation that is not an AND of comparisons with each
+  side reading one query (sqlglot then builds ARRAY_AGG / lambdas), and IN (subquery)
+  anywhere but a top-level WHERE conjunct.
 
 A query with nothing nested (no subquery, CTE or set operation) is left as it is.  For a
 nested one, the view's output names are recorded first (``Query.output_names``): the rules
@@ -69,8 +74,10 @@ def decorrelate(q: Query) -> Query:
         rewrite_not_in(negation, q.program)
     try:
         tree = qualify_names(scope, tree)
-        if sum(rewrite_compared_exists(e, i) for i, e in enumerate(list(tree.find_all(exp.Exists)))):
-            tree = qualify_names(scope, tree)  # the scalar subqueries written are new scopes
+        rewritten = sum(rewrite_compared_exists(e, i) for i, e in enumerate(list(tree.find_all(exp.Exists))))
+        rewritten += sum(rewrite_compared_correlation(s, i) for i, s in enumerate(_compared_subqueries(tree)))
+        if rewritten:
+            tree = qualify_names(scope, tree)  # the derived tables written are new scopes
         tree = merge_subqueries(unnest_subqueries(eliminate_subqueries(tree)))
         # An EXISTS still standing is uncorrelated: a one-row count, crossed in.
         exists = list(tree.find_all(exp.Exists))
@@ -94,9 +101,7 @@ def decorrelate(q: Query) -> Query:
                           f"table's column or an inner query's output)", anchor) from e
     for node in tree.walk():
         if isinstance(node, (exp.ArrayAgg, exp.Lambda)):
-            raise scope.refuse("correlated subquery whose correlation is not an equality "
-                               "(e.g. inner.x <> outer.y)", "only equality correlations "
-                               "(inner.k = outer.k) turn into joins", sub_anchor)
+            raise scope.refuse(*_UNSPLIT, sub_anchor)
         if isinstance(node, exp.In) and node.args.get("query") is not None:
             negated = isinstance(node.parent, exp.Not)
             raise scope.refuse(f"{'NOT ' if negated else ''}IN (subquery) in this position",
@@ -114,10 +119,17 @@ def decorrelate(q: Query) -> Query:
                                "only subqueries in WHERE or SELECT correlated by equalities "
                                "(inner.k = outer.k) turn into joins; compute the per-key values "
                                "as a grouped subquery in FROM and join it", correlated_anchor)
-        raise scope.refuse("correlated subquery whose correlation is not an equality "
-                           "(e.g. inner.x <> outer.y)", "only equality correlations "
-                           "(inner.k = outer.k) turn into joins", correlated_anchor)
+        raise scope.refuse(*_UNSPLIT, correlated_anchor)
     return replace(q, tree=tree, output_names=names)
+
+
+#: The refusal of a correlation none of the rewrites takes: what it is, and what is taken.
+_UNSPLIT = (
+    ("correlated subquery whose correlation is not an AND of comparisons of an inner value "
+     "with an outer one"),
+    ("correlations like inner.k = outer.k AND inner.x < outer.y (=, <>, <, <=, >, >=; outer "
+     "names from the enclosing query's FROM) turn into joins; write a comparison so that each "
+     "side reads one query (inner.x - outer.y > 1 as inner.x > outer.y + 1)"))
 
 
 def _standing_correlated(tree: exp.Expr) -> exp.Select | None:
@@ -259,6 +271,119 @@ def rewrite_compared_exists(exists: exp.Exists, number: int) -> bool:
     decided = tests[0] if len(tests) == 1 else exp.or_(*tests)
     exists.replace(exp.Paren(this=exp.func("COALESCE", exp.Paren(this=decided), exp.false())))
     return True
+
+
+def _compared_subqueries(tree: exp.Expr) -> list[exp.Exists | exp.Subquery]:
+    """The EXISTS and scalar subqueries (not FROM/JOIN sources), innermost first."""
+    found = [n for n in tree.walk() if isinstance(n, exp.Exists) or (
+        isinstance(n, exp.Subquery) and not isinstance(n.parent, (exp.From, exp.Join, exp.In)))]
+    return [n for n in reversed(found) if isinstance(n.this, exp.Select)]
+
+
+def rewrite_compared_correlation(node: exp.Exists | exp.Subquery, number: int) -> bool:
+    """A subquery correlated by comparisons, rewritten to one correlated by equalities only.
+
+    ``EXISTS (SELECT * FROM u WHERE u.k = t.k AND u.w > t.v AND u.w < t.g)`` or
+    ``(SELECT SUM(u.w) FROM u WHERE u.k = t.k AND u.d < t.d)`` read outer values in
+    comparisons, which have no join form.  But the subquery's answer depends only on the
+    outer values it reads, so it is computed once per distinct tuple of them: a derived table
+    ``_co<number>`` (``SELECT DISTINCT`` of those values over the outer input they come from,
+    or over the outer FROM clause with its joins when they come from several) is joined into
+    the subquery on its equalities, the comparisons read ``_co``'s columns,
+    and the correlation becomes ``_co._c<i> = <outer value i>`` for every value, which
+    unnests into a join as any equality correlation does.
+
+    A NULL outer value fails every comparison it is in, so no ``_co`` row holding it passes,
+    and its equality fails too: both forms find no inner rows then, as SQL does.  Only plain
+    comparisons (``= <> < <= > >=``) whose sides read one query each, AND-ed, with every
+    outer name from the enclosing query's FROM clause, are rewritten; anything else is left as it is and
+    refused by name later.  Returns whether it rewrote.
+    """
+    sub, outer = node.this, node.parent_select
+    where = sub.args.get("where")
+    if where is None or not sub.args.get("from_") or not isinstance(outer, exp.Select) \
+            or not outer.args.get("from_"):
+        return False
+    equal: list[tuple[exp.Expr, exp.Expr]] = []
+    compared: list[tuple[exp.Expr, exp.Expr, type[exp.Expr]]] = []
+    rest = []
+    for c in conjuncts(where.this):
+        if not _reads_outer(c, sub):
+            rest.append(c)
+            continue
+        sides = _split_sides(c, sub)
+        if sides is None:
+            return False
+        if sides[2] is exp.EQ:
+            equal.append((sides[0], sides[1]))
+        else:
+            compared.append(sides)
+    values = _distinct_values([o for _, o in equal] + [o for _, o, _ in compared])
+    read = _outer_rows(values, outer, f"_ot{number}")
+    if not compared or read is None:
+        return False
+    alias, renamed = f"_co{number}", read[1]
+    items = [exp.alias_(_renamed(v, renamed), f"_c{i}") for i, v in enumerate(values)]
+    distinct = exp.select(*items).from_(read[0][0]).distinct()
+    for join in read[0][1:]:
+        distinct.append("joins", join)
+    slot = {v.sql(): exp.column(f"_c{i}", table=alias) for i, v in enumerate(values)}
+    on = [exp.EQ(this=inner.copy(), expression=slot[o.sql()].copy()) for inner, o in equal]
+    sub.join(exp.Subquery(this=distinct, alias=exp.TableAlias(this=exp.to_identifier(alias))),
+             on=exp.and_(*on) if on else None, join_type=None if on else "cross", copy=False)
+    tests = [op(this=x.copy(), expression=slot[o.sql()].copy()) for x, o, op in compared]
+    links = [exp.EQ(this=slot[v.sql()].copy(), expression=v.copy()) for v in values]
+    sub.set("where", exp.Where(this=exp.and_(*(c.copy() for c in rest), *tests, *links)))
+    return True
+
+
+def _distinct_values(values: list[exp.Expr]) -> list[exp.Expr]:
+    """Outer values, each once (by their SQL text), in the order first read."""
+    seen: dict[str, exp.Expr] = {}
+    for v in values:
+        seen.setdefault(v.sql(), v)
+    return list(seen.values())
+
+
+def _outer_rows(values: list[exp.Expr], outer: exp.Select,
+                prefix: str) -> tuple[list[exp.Expr], dict[str, str]] | None:
+    """The inputs of ``outer`` that ``values`` read, under fresh aliases.
+
+    That is the one input they all read, or else the whole FROM clause with its joins (the
+    FROM source first, then ``exp.Join`` nodes).  Returns them with the old-to-new alias map,
+    or None when a value reads a name ``outer`` does not hold (an outer query further out).
+    """
+    tables = {c.table.lower() for v in values for c in v.find_all(exp.Column)}
+    joins = list(outer.args.get("joins") or [])
+    sources = [outer.args["from_"].this] + [j.this for j in joins]
+    if any(not isinstance(s, (exp.Table, exp.Subquery)) for s in sources) \
+            or any(j.args.get("using") for j in joins):
+        return None
+    held = [s.alias_or_name.lower() for s in sources]
+    if not tables or not tables <= set(held):
+        return None
+    if len(tables) == 1:
+        position = held.index(next(iter(tables)))
+        kept: list[exp.Expr] = [sources[position].copy()]
+        renamed = {held[position]: f"{prefix}_0"}
+    else:
+        kept = [sources[0].copy()] + [j.copy() for j in joins]
+        renamed = {name: f"{prefix}_{i}" for i, name in enumerate(held)}
+    for node in kept:
+        source = node.this if isinstance(node, exp.Join) else node
+        source.set("alias", exp.TableAlias(this=exp.to_identifier(renamed[source.alias_or_name.lower()])))
+        if isinstance(node, exp.Join) and node.args.get("on") is not None:
+            node.set("on", _renamed(node.args["on"], renamed))
+    return kept, renamed
+
+
+def _renamed(node: exp.Expr, renamed: dict[str, str]) -> exp.Expr:
+    """A copy of ``node`` whose columns read the tables of ``renamed`` under their new names."""
+    copy = node.copy()
+    for col in copy.find_all(exp.Column):
+        if col.table.lower() in renamed:
+            col.set("table", exp.to_identifier(renamed[col.table.lower()]))
+    return copy
 
 
 def _split_sides(c: exp.Expr, sub: exp.Select) -> tuple[exp.Expr, exp.Expr, type[exp.Expr]] | None:
