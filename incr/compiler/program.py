@@ -270,11 +270,17 @@ def _parse_statement(chunk: str, path: str, line: int, offset: int, dialect: str
     return statement
 
 
-def shift_lines(tree: exp.Expr, lines: int, chars: int) -> None:
-    """Makes node positions absolute in the file (sqlglot counts from the statement)."""
+def shift_lines(tree: exp.Expr, lines: int, chars: int, cols: int = 0) -> None:
+    """Makes node positions absolute in the file (sqlglot counts from the statement).
+
+    ``cols`` is how many characters precede the statement on its first line
+    (``CREATE VIEW v AS SELECT ...`` on one line): columns on that line move by it.
+    """
     for node in tree.walk():
         meta = node.meta if node._meta else None  # node._meta: .meta would create empty dicts
         if meta and "line" in meta:
+            if meta["line"] == 1 and "col" in meta:
+                meta["col"] += cols
             meta["line"] += lines
             if "start" in meta:
                 meta["start"] += chars

@@ -9,10 +9,10 @@
     -- expected:
     <the pass's output, rendered by RENDER[<pass>] below; no blank lines>
 
-Each case compiles ``<header> <table> CREATE VIEW w AS <select>;`` and runs the passes up
-to and including the file's pass (``run_passes(c, until=<pass>)``), then compares the
-rendering with the expected text.  To see what the code produces now (for reviewing a
-change, never for blindly accepting it)::
+Each case compiles ``<header> <table> CREATE VIEW w AS`` plus ``<select>;`` on the next
+line and runs the passes up to and including the file's pass (``run_passes(c,
+until=<pass>)``), then compares the rendering with the expected text.  To see what the
+code produces now (for reviewing a change, never for blindly accepting it)::
 
     .venv/bin/python tests/compiler/test_passes.py derive_merge
 """
@@ -123,7 +123,8 @@ class Case:
 
     @property
     def program(self) -> str:
-        return "\n".join([*self.header, self.table, f"CREATE VIEW w AS {self.select};"]) + "\n"
+        # The SELECT starts its own line, so error columns count from its first character.
+        return "\n".join([*self.header, self.table, "CREATE VIEW w AS", f"{self.select};"]) + "\n"
 
     @property
     def id(self) -> str:

@@ -124,7 +124,7 @@ FROM sales AS s
 LEFT JOIN sales AS u ON s.product = u.product
     AND s.qty > u.qty
 GROUP BY s.region""", N, ["LEFT JOIN condition", "conditions on either table alone"],
-     "LEFT JOIN"),
+     "AND s.qty > u.qty"),
     ("union-mixed", """
 SELECT region FROM sales UNION SELECT product FROM sales AS u UNION ALL SELECT region FROM sales AS w""",
      N, ["UNION mixed with UNION ALL"], "SELECT region FROM sales UNION"),

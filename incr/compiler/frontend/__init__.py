@@ -80,7 +80,8 @@ def parse_query(view: ViewDecl, program: Program) -> Query:
         line = view.select_line + (err.get("line") or 1) - 1
         raise ParseError(f"view {view.name}: SQL syntax error: "
                          f"{err.get('description') or e}", Location(program.path, line)) from e
-    shift_lines(tree, view.select_line - 1, view.select_offset)
+    before = view.select_offset - (program.text.rfind("\n", 0, view.select_offset) + 1)
+    shift_lines(tree, view.select_line - 1, view.select_offset, before)
     return Query(Scope(view, program), tree)
 
 

@@ -41,6 +41,7 @@ from incr.compiler.frontend.query import Query
 from incr.compiler.frontend.resolve_names import check_tables, output_names, qualify_names
 from incr.compiler.frontend.trees import conjuncts
 from incr.compiler.program import Program
+from incr.compiler.scalar import CANONICAL_DIALECT
 
 
 def decorrelate(q: Query) -> Query:
@@ -70,6 +71,7 @@ def decorrelate(q: Query) -> Query:
              and not isinstance(n.parent, (exp.From, exp.Join)) and correlated(n.this, q.program)]
     correlated_anchor = inner[0].copy() if inner else sub_anchor
     columns = [c.copy() for c in tree.find_all(exp.Column)]  # where names are written
+    remember_join_conditions(tree)
     for negation in list(tree.find_all(exp.Not)):
         rewrite_not_in(negation, q.program)
     try:
@@ -130,6 +132,23 @@ _UNSPLIT = (
     ("correlations like inner.k = outer.k AND inner.x < outer.y (=, <>, <, <=, >, >=; outer "
      "names from the enclosing query's FROM) turn into joins; write a comparison so that each "
      "side reads one query (inner.x - outer.y > 1 as inner.x > outer.y + 1)"))
+
+
+def remember_join_conditions(tree: exp.Expr) -> None:
+    """Keeps each JOIN ... ON conjunct's text and position as written, in its ``meta``.
+
+    ``merge_subqueries`` renames the columns of a merged FROM subquery to its inner table's
+    (``s.m`` becomes ``u.m``), and the new columns carry the inner query's positions; a
+    refused join condition (``split_joins``) is quoted and located from what is kept here.
+    """
+    for join in tree.find_all(exp.Join):
+        if join.args.get("on") is None:
+            continue
+        for c in conjuncts(join.args["on"]):
+            c.meta["written"] = c.sql(CANONICAL_DIALECT)
+            at = next((n.meta for n in c.walk() if n._meta and "line" in n.meta), None)
+            if at is not None and "line" not in c.meta:
+                c.meta["line"], c.meta["col"] = at["line"], at.get("col")
 
 
 def _standing_correlated(tree: exp.Expr) -> exp.Select | None:

@@ -191,7 +191,7 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
             if bad:
                 raise scope.refuse(f"LEFT JOIN condition {as_written(bad[0], flat_of)}",
                                    "an outer join's ON may hold equalities between the two "
-                                   "tables and conditions on either table alone", j)
+                                   "tables and conditions on either table alone", bad[0])
             if not pairs:
                 raise scope.refuse(f"LEFT JOIN of {inp.alias} without an equality",
                                    "outer joins are maintained on equalities (a.k = b.k)", j)
@@ -206,7 +206,7 @@ def _join(b: Block, inputs: list[Input]) -> tuple[tuple[Branch, ...], TableDecl]
                 cond = as_written(mixed[0], flat_of) if mixed else "(no equality)"
                 raise scope.refuse(f"{side} JOIN condition {cond}", "an outer join's ON may "
                                    "hold equalities between the two tables and conditions "
-                                   "on either table alone", j)
+                                   "on either table alone", mixed[0] if mixed else j)
             if side == "RIGHT":
                 terms = _Term([alias]).left(first, flipped, earlier_only, this_only)
             else:
@@ -325,7 +325,13 @@ def _flatten_one(col: exp.Column, inp: Input, flat_of: dict[str, tuple[str, str]
 
 
 def as_written(node: exp.Expr, flat_of: dict[str, tuple[str, str]]) -> str:
-    """A condition for a message, its columns named ``alias.column`` as the user wrote them."""
+    """A condition for a message, its columns named ``alias.column`` as the user wrote them.
+
+    The text kept before a subquery merge renamed its columns is preferred
+    (:func:`~incr.compiler.frontend.decorrelate.remember_join_conditions`).
+    """
+    if "written" in node.meta:
+        return str(node.meta["written"])
     def named(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and n.name in flat_of:
             alias, name = flat_of[n.name]
