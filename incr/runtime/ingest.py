@@ -354,13 +354,16 @@ def _spark_parquet(engines: Engines, table: TableDecl, path: Path, schema: pa.Sc
     """The Parquet file's declared columns cast to their Spark types, with ``_row``."""
     from pyspark.sql import functions as F
 
+    from incr.runtime.session import literal_path
+
     reader = engines.spark.read
     file_schema = _spark_schema(schema, [by_name[c.name] for c in table.columns])
     if file_schema is not None:  # the footer is read already: spare Spark a job inferring it
         reader = reader.schema(file_schema)
     cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
             for c in table.columns]
-    return reader.parquet(str(path)).select(*cols, (F.col("_metadata.row_index") + 1).alias(ROW))
+    return reader.parquet(literal_path(str(path))).select(
+        *cols, (F.col("_metadata.row_index") + 1).alias(ROW))
 
 
 @per_engine("NOT NULL check", SPARK)

@@ -43,7 +43,7 @@ from incr.runtime.local import LocalSql
 from incr.runtime.lock import Locks
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.rowindex import RowIndex
-from incr.runtime.store import DeltaStore
+from incr.runtime.store import DeltaStore, check_table_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -143,6 +143,7 @@ class Pipeline:
         self.compiled = compiled
         self.landing = Path(landing)
         self.warehouse = Path(warehouse)
+        check_table_root(self.warehouse)
         self.engines = Engines(config, spark=spark, local_rows=local_rows)
         self.store = store or DeltaStore()
         self.meta = self.warehouse / "_incr" / compiled.name
@@ -216,7 +217,8 @@ class Pipeline:
             pending = sum(1 for b in batches if v in self._consumers(b) and b.seq > done)
             status = ViewStatus(v.plan.view, v.state_through(), v.answer_through(), pending)
             rows: list[int | None] = []
-            for table in {t.name for s in v.plan.stages for t in v.plan.stored(s)}:
+            for table in {t.name for s in v.plan.stages for t in v.plan.stored(s)} | \
+                    {t.name for t in v.plan.kept()}:
                 path = v.table_path(table)
                 if self.store.exists(path):
                     table_rows, table_bytes = self.store.totals(path)

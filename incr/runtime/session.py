@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -126,7 +127,8 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
     schema = from_arrow_schema(snapshot.schema, prefer_timestamp_ntz=True)
     if not snapshot.files:
         return spark.createDataFrame(snapshot.schema.empty_table(), schema=schema)
-    frame = spark.read.schema(schema).option("basePath", snapshot.root).parquet(*snapshot.files)
+    frame = spark.read.schema(schema).option("basePath", snapshot.root).parquet(
+        *(literal_path(f) for f in snapshot.files))
     if snapshot.deleted:  # rows of the files' deletion vectors: left out by file and position
         from pyspark.sql import functions as F
 
@@ -144,6 +146,12 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
                  .withColumn("incr_row__", F.col("_metadata.row_index"))
                  .join(gone, on=["incr_file__", "incr_row__"], how="left_anti"))
     return frame.select(*[_column(f.name) for f in snapshot.schema])
+
+
+def literal_path(path: str) -> str:
+    """``path`` as Spark's file reader takes it as written: it expands Hadoop's glob
+    characters (``{}[]*?\\``), so a folder named ``a{1}`` would not be found unescaped."""
+    return re.sub(r"([{}\[\]*?\\])", r"\\\1", path)
 
 
 #: Session settings of a write of files for delta-rs, set for the write only: Spark's

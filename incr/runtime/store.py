@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import time
 import uuid
@@ -257,7 +258,7 @@ class DeltaStore:
         schema = pa.schema(dt.schema().to_arrow())
         partitions = tuple(dt.metadata().partition_columns)
         only = _bucket_filter(partitions, buckets)
-        files = [] if only == [] else dt.file_uris(only)
+        files = [] if only == [] else local_files(dt, only)
         deleted = deleted_positions(dt) if files else {}
         return Snapshot(str(Path(path)), files, schema, partitions, dt.version(),
                         {f: deleted[f] for f in files if f in deleted})
@@ -1058,9 +1059,45 @@ def deleted_positions(dt: DeltaTable) -> dict[str, np.ndarray]:
     return out
 
 
+#: Characters delta-rs cannot open a local table under (it reads the path as a URL's host);
+#: a ``%`` and two hex digits it decodes as an escape.
+_UNOPENABLE = set("[]^|\\")
+
+
+def check_table_root(path: Path) -> None:
+    """Refuses a folder Delta tables cannot be kept under, before anything is written there.
+
+    Raises:
+        StorageError: the absolute path holds a character delta-rs rejects.
+    """
+    text = str(Path(path).absolute())
+    bad = [repr(c) for c in sorted(set(text) & _UNOPENABLE)]
+    bad += [repr(e) for e in sorted(set(re.findall(r"%[0-9A-Fa-f]{2}", text)))]
+    if bad:
+        raise StorageError(f"the warehouse folder {path} holds {' '.join(bad)}, which delta-rs "
+                           f"cannot open Delta tables under (it reads a %XX as an escaped "
+                           f"character); use a folder without them")
+
+
+def local_files(dt: DeltaTable, partitions: list[tuple[str, str, Any]] | None = None) -> list[str]:
+    """The table's files (of ``partitions``, delta-rs filters), a local one by its plain path.
+
+    ``DeltaTable.file_uris`` spells a local file percent-encoded (``/tmp/a%20b/part-0``),
+    which Spark's reader looks for as written; the deletion vectors' keys and the serving
+    links are plain paths too.
+    """
+    return [_file_path(uri) for uri in dt.file_uris(partitions)]
+
+
 def _file_path(uri: str) -> str:
-    """A local file URI as ``DeltaTable.file_uris`` spells the file (a plain path)."""
-    return unquote(uri[len("file://"):]) if uri.startswith("file://") else uri
+    """A file of a Delta table as a plain path when it is local, else its URI as given.
+
+    delta-rs names a local file by a ``file://`` URI (deletion vectors) or by a
+    percent-encoded path (``file_uris``); a remote one (``s3://...``) keeps its URI.
+    """
+    if uri.startswith("file://"):
+        return unquote(uri[len("file://"):])
+    return uri if "://" in uri else unquote(uri)
 
 
 def _bucket_filter(partitions: tuple[str, ...],

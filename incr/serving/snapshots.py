@@ -44,7 +44,13 @@ from deltalake.exceptions import DeltaError
 
 from incr.errors import StorageError
 from incr.runtime.ledger import Ledger
-from incr.runtime.store import DeltaStore, commit_batches, deleted_positions, trusted_commits
+from incr.runtime.store import (
+    DeltaStore,
+    commit_batches,
+    deleted_positions,
+    local_files,
+    trusted_commits,
+)
 
 if TYPE_CHECKING:
     from incr.compiler import CompiledProgram
@@ -366,9 +372,9 @@ def answer_version(view: str, path: Path, version: int, batch: int) -> AnswerVer
     if dt.metadata().partition_columns:
         raise StorageError(f"the answer of view {view} at {path} is partitioned; incr writes "
                            f"answers unpartitioned and serves only those")
-    files = tuple(dt.file_uris())
+    files = tuple(local_files(dt))
     listed = set(files)
-    # The store's own reading of the vectors (keyed as file_uris spells the files), the one
+    # The store's own reading of the vectors (keyed as local_files spells the files), the one
     # incr's Spark reads apply: serving leaves out exactly the rows a batch's reads do.
     deleted = {f: rows for f, rows in deleted_positions(dt).items() if f in listed and len(rows)}
     counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()

@@ -155,3 +155,56 @@ def test_a_commit_conflict_with_another_writer_fails_clearly_and_the_next_run_re
     assert conflicted and "another writer committed to" in message and "commit conflict" in message
     assert conflicted[0].removeprefix("file://").rstrip("/") in message, message
     _recovers(compiled, program, stream, warehouse, before)
+
+
+FOLDER_PROGRAM = """-- incr: buckets = 2
+CREATE TABLE t (k VARCHAR, x DOUBLE);
+CREATE VIEW sums AS SELECT k, SUM(x) AS s, COUNT(*) AS n FROM t GROUP BY k;
+CREATE VIEW top AS SELECT MAX(s) AS m FROM (SELECT k, SUM(x) AS s FROM t GROUP BY k) AS q;
+"""
+
+
+@pytest.mark.parametrize("local_rows", [0, 200_000], ids=["spark", "driver"])
+def test_folders_named_with_spaces_and_glob_characters_are_read_as_named(spark, tmp_path,
+                                                                         local_rows):
+    """Landing and warehouse folders whose names hold a space, ``{}``, ``*``, ``?``, ``%``
+    or ``#`` work on both engines, deletion vectors included (delta-rs lists such files
+    percent-encoded and Spark expands glob characters); a folder delta-rs cannot hold
+    tables under (``[``, ``%20``) is refused before anything is written."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from incr.compiler import compile_text
+    from incr.config import Settings
+    from incr.errors import StorageError
+    from incr.oracle import diff_answers, oracle_answer
+    from incr.runtime.pipeline import Pipeline
+    from incr.runtime.report import read_answer
+
+    compiled = compile_text(FOLDER_PROGRAM, path="folders.sql", name="folders")
+    root = tmp_path / "a b{c,d}*?%#e"
+    landing, warehouse = root / "land ing", root / "ware house"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows,
+                        config=Settings(state_vector_rows=0))
+    batches = [("insert", [("a", 1.5), ("b", 2.0), ("a", 3.0)]),
+               ("insert", [("b", 4.0), ("c", 0.5)]),
+               ("delete", [("a", 1.5), ("c", 0.5)]),
+               ("insert", [("a", 7.0)])]
+    live: list[tuple] = []
+    for seq, (op, rows) in enumerate(batches):
+        folder = landing / "t" / ("_deletes" if op == "delete" else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({"k": [r[0] for r in rows], "x": [r[1] for r in rows]}),
+                       folder / f"{seq:03d}.parquet")
+        live = live + rows if op == "insert" else [r for r in live if r not in rows]
+        report = pipeline.run()
+        assert report.rejected is None, str(report.rejected)
+        source = pa.table({"k": [r[0] for r in live], "x": [r[1] for r in live]})
+        for plan in compiled.plans:
+            diff = diff_answers(oracle_answer(plan.select, {"t": source}),
+                                read_answer(warehouse, plan)[0])
+            assert diff is None, f"after batch {seq}, {plan.view}: {diff}"
+    for name, named in (("ware[house]", r"'\[' '\]'"), ("ware%20house", "'%20'")):
+        with pytest.raises(StorageError, match=f"{named}.*use a folder without them"):
+            Pipeline(compiled, landing, tmp_path / name, spark=spark)
+        assert not (tmp_path / name).exists()
