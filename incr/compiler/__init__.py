@@ -103,4 +103,5 @@ def build_stage(c: Compilation) -> StagePlan:
         source_columns=c.source.columns, append_only=c.source.append_only, logical=c.rel,
         lineage=c.lineage or (), tables=c.tables, h=c.h, merge=c.merge, diminish=c.diminish,
         signed=c.signed, diffuse=c.diffuse, answer=c.answer, buckets=c.h[0].buckets,
-        output=tuple(e.name for e in c.answer.exprs), replace=c.replace or ())
+        output=tuple(e.name for e in c.answer.exprs), replace=c.replace or (), kept=c.kept,
+        keep=c.keep)

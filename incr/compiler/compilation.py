@@ -74,6 +74,8 @@ class Compilation:
     diffuse: tuple[DiffusionSpec, ...] | None = None
     signed: tuple[MergeSpec, ...] | None = None
     replace: tuple[MergeSpec, ...] | None = None
+    kept: StateTable | None = None  # the output rows a nested stage handed on (split_answer)
+    keep: MergeSpec | None = None  # ⊗± of those rows (derive_merge)
 
     def table_name(self, name: str) -> str:
         """A state table's name, prefixed by the stage so names are unique in the view."""

@@ -37,6 +37,7 @@ from incr.compiler.sqlgen import (
     render_combined,
     render_diffusion,
     render_explode,
+    render_kept_change,
     render_live_rows,
     render_merge,
     render_old_rows,
@@ -149,6 +150,9 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> li
             continue
         out.append(_section(title(f"state table {table.name}"),
                             _schema(table, stage, types.get(table.name))))
+    if stage.kept is not None and plan.consumers(stage.name):
+        out.append(_section(title(f"kept output rows {stage.kept.name}"),
+                            _kept_schema(stage, types.get(stage.kept.name))))
     if not stage.direct:
         kinds = "branches (bag union)" if len(stage.branches) > 1 else "join"
         out.append(_section(title(kinds), "\n".join(str(b) for b in stage.branches)))
@@ -233,7 +237,16 @@ def _combine_steps(plan: IncrementalPlan, stage: StagePlan,
             "-- live:", render_live_rows(table, f"new.{name}")])))
         out.append(_section(title(f"⊗=  (replace the touched rows of {name})"),
                             render_merge(replaces[name], table).replace("h(ΔS)", "changed", 1)))
-    if stage.name:
+    if stage.name and stage.kept is not None:
+        lives = {t.name: f"live.{t.name}" for t in stage.main_tables}
+        out.append(_section(title(f"output change (into {stage.outbox}, with θ)"),
+                            render_kept_change(stage, f"kept.{stage.kept.name}", lives)
+                            + f"\n-- kept: the rows of {stage.kept.name} of the touched groups"))
+        assert stage.keep is not None
+        out.append(_section(title(f"⊗±  (the output change into {stage.kept.name})"),
+                            render_merge(stage.keep, stage.kept).replace(
+                                "h(ΔS)", stage.outbox, 1)))
+    elif stage.name:
         olds = {t.name: f"old.{t.name}" for t in stage.main_tables}
         lives = {t.name: f"live.{t.name}" for t in stage.main_tables}
         out.append(_section(title(f"output change (into {stage.outbox})"),
@@ -277,6 +290,22 @@ def _schema(table: StateTable, stage: StagePlan, stored: Mapping[str, str] | Non
     rows.append(f"-- sorted by θ within buckets; {vanish}")
     rows.append("-- types as stored by the last run" if stored else
                 "-- types inferred (`incr explain --warehouse W` shows those a run stored)")
+    return "\n".join(rows)
+
+
+def _kept_schema(stage: StagePlan, stored: Mapping[str, str] | None) -> str:
+    """The kept table's columns, and why the stage keeps them."""
+    assert stage.kept is not None
+    rows = [f"{BUCKET:<14} {(stored or {}).get(BUCKET, 'INT'):<10} partition: θ's bucket"]
+    rows += [f"{kept:<14} {(stored or {}).get(kept, '')  :<10} key: θ column {col}"
+             for col, kept in stage.kept_keys]
+    rows += [f"{name:<14} {(stored or {}).get(name, '')  :<10} key: output column"
+             for name in stage.output]
+    rows.append(f"{'_n':<14} {'BIGINT':<10} copies handed on")
+    rows.append("-- an output column comes from a DOUBLE sum over exact bands or moments over a "
+                "bag, summed in no\n-- fixed order, so recomputing an old row may not give "
+                "the bits the readers took: what\n-- leaves the output is read from here, and "
+                "each output change is folded in (⊗±)")
     return "\n".join(rows)
 
 

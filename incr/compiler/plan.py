@@ -247,12 +247,19 @@ class StagePlan:
     buckets: int
     output: tuple[str, ...] = field(default=())
     replace: tuple[MergeSpec, ...] = field(default=())  # ⊗= per main table (see derive_merge)
+    #: The output rows this stage handed on, when recomputing them is not bit-for-bit stable
+    #: (see split_answer), and their ⊗±.
+    kept: StateTable | None = None
+    keep: MergeSpec | None = None
 
     def buckets_of(self, table: str) -> int:
         """The hash buckets (Delta partitions) of state table ``table``.
 
         The program's count, or 1 for a global aggregate's main tables (one row, no θ).
+        The ``kept`` rows are bucketed by θ like the main table.
         """
+        if self.kept is not None and table == self.kept.name:
+            table = self.main_tables[0].name
         return next(h.buckets for h in self.h if h.table.name == table)
 
     @property
@@ -292,6 +299,12 @@ class StagePlan:
     def outbox(self) -> str:
         """The table holding this stage's output changes of the last batch (for its readers)."""
         return f"{self.name}_out"
+
+    @property
+    def kept_keys(self) -> tuple[tuple[str, str], ...]:
+        """θ's columns in the main table paired with their names in the ``kept`` table."""
+        assert self.kept is not None
+        return tuple(zip(self.answer.keys, (k.name for k in self.kept.keys)))
 
     def side_table(self, alias: str) -> StateTable:
         """The side table mirroring input ``alias``."""
@@ -459,8 +472,9 @@ class IncrementalPlan:
         return next(s for s in self.stages if s.name == name)
 
     def stage_of(self, table: str) -> StagePlan:
-        """The stage owning state table ``table``."""
-        return next(s for s in self.stages if any(t.name == table for t in s.tables))
+        """The stage owning state table ``table`` (its kept rows included)."""
+        return next(s for s in self.stages if any(t.name == table for t in s.tables)
+                    or (s.kept is not None and s.kept.name == table))
 
     def streams(self, stage: StagePlan) -> bool:
         """True when ``stage`` stores no main table, only hands on its output changes.
@@ -485,6 +499,10 @@ class IncrementalPlan:
         """The outbox tables kept in Delta: of every stage read by another, but virtual ones."""
         return tuple(s.outbox for s in self.stages
                      if self.consumers(s.name) and not self.virtual(s))
+
+    def kept(self) -> tuple[StateTable, ...]:
+        """The ``kept`` output rows of every stage that keeps them (see split_answer)."""
+        return tuple(s.kept for s in self.stages if s.kept is not None and self.consumers(s.name))
 
     def stored(self, stage: StagePlan) -> tuple[StateTable, ...]:
         """The state tables of ``stage`` kept in Delta (see :meth:`streams`)."""
@@ -587,6 +605,7 @@ class IncrementalPlan:
                 for t in s.tables
             ],
             "where": [str(q.where) for q in s.h],
+            "kept": [s.kept.name, s.kept.key_columns] if s.kept is not None else None,
             "rows": repr(s.answer) if s.name else None,
         } for s in self.stages]
         # A stage's state over no rows holds its derived inputs' rows over no rows (a global

@@ -243,6 +243,56 @@ def render_output_change(stage: StagePlan, old: dict[str, str], new: dict[str, s
             f"FROM ({before})) GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")
 
 
+def render_kept_rows(stage: StagePlan, views: dict[str, str]) -> str:
+    """A stage's output rows (:func:`render_rows`) with each row's bucket and θ.
+
+    θ goes under the names its ``kept`` table gives it: what that table and the outbox hold.
+    """
+    theta = (Named(BUCKET, Scalar(f"m.{BUCKET}")),) + tuple(
+        Named(kept, Scalar(f"m.{col}")) for col, kept in stage.kept_keys)
+    return render_rows(replace(stage.answer, exprs=theta + stage.answer.exprs), views)
+
+
+def _kept_columns(stage: StagePlan) -> str:
+    return ", ".join(q(c) for c in (BUCKET, *(k for _, k in stage.kept_keys), *stage.output))
+
+
+def render_kept_change(stage: StagePlan, kept: str, new: dict[str, str]) -> str:
+    """A stage's output change by θ: new output rows minus the rows it handed on for them.
+
+    The new rows are its output over the ``new`` state rows of the touched groups; ``kept``
+    holds its kept rows of those groups.
+    What leaves the output is taken from what was handed on, never recomputed, so a reader
+    matching it by value finds it bit for bit (see split_answer's ``kept``).
+    """
+    cols = _kept_columns(stage)
+    return (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM (\n"
+            f"SELECT * FROM ({render_kept_rows(stage, new)})\nUNION ALL\nSELECT {cols}, "
+            f"-{q(ROW_COUNT)} AS {q(WEIGHT)} FROM {kept}) GROUP BY {cols} "
+            f"HAVING sum({q(WEIGHT)}) <> 0")
+
+
+def render_kept_old(stage: StagePlan, kept: str, touched: str) -> str:
+    """The kept rows of the touched groups (``touched``: θ and bucket, as the main table names θ)."""
+    on = " AND ".join([f"t.{q(BUCKET)} = k.{q(BUCKET)}"] + [
+        f"t.{q(name)} <=> k.{q(col)}" for col, name in stage.kept_keys])
+    return f"SELECT t.* FROM {kept} AS t LEFT SEMI JOIN {touched} AS k ON {on}"
+
+
+def render_kept_fold(stage: StagePlan, change: str) -> str:
+    """Signed output rows (``_w``) as rows of the kept table (``_n``), for its ⊗±."""
+    cols = _kept_columns(stage)
+    return (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(ROW_COUNT)} FROM {change} "
+            f"GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")
+
+
+def render_handed_on(stage: StagePlan, change: str) -> str:
+    """A kept stage's output change as its readers take it: per output row, θ left out."""
+    cols = ", ".join(q(c) for c in stage.output)
+    return (f"SELECT {cols}, CAST(sum({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM {change} "
+            f"GROUP BY {cols} HAVING sum({q(WEIGHT)}) <> 0")
+
+
 def render_values(view: str, column: str) -> str:
     """The distinct values of ``column`` in ``view``.
 

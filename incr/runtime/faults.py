@@ -2,8 +2,9 @@
 
 The process exits at once with :data:`CRASH_EXIT` (no cleanup, no finally blocks), like a
 killed worker.  Points: ``batch.start``, ``index.after_commit``, ``view.before_merge``,
-``view.after_merge`` (after a state table's commit), ``view.after_state`` (all state
-committed, answer not yet), ``view.after_answer``.
+``view.after_merge`` (after a state table's commit), ``view.before_keep`` (a nested
+stage's state and output change committed, its kept rows not yet), ``view.after_state``
+(all state committed, answer not yet), ``view.after_answer``.
 """
 
 from __future__ import annotations

@@ -49,6 +49,10 @@ from incr.compiler.sqlgen import (
     render_changed_rows,
     render_combined,
     render_explode,
+    render_handed_on,
+    render_kept_change,
+    render_kept_fold,
+    render_kept_old,
     render_live_rows,
     render_none,
     render_old_rows,
@@ -150,8 +154,10 @@ class Fold:
             if virtual is not None:
                 outboxes[stage.name] = virtual
             elif self.plan.consumers(stage.name):
-                path = self.state.check_outbox(stage, batch)
-                outboxes[stage.name] = self.engine.delta(f"{self._prefix}out_{stage.name}", path)
+                outbox = self._outbox(stage, batch)
+                if stage.kept is not None:  # its readers take the change per output row
+                    outbox = self._view(f"handed_{stage.name}", render_handed_on(stage, outbox))
+                outboxes[stage.name] = outbox
             name = stage.name or self.plan.view
             self.metrics.stages[name] = self.metrics.stages.get(name, 0.0) + \
                 time.perf_counter() - t0
@@ -187,7 +193,26 @@ class Fold:
             spec = next(s for s in stage.signed if s.table == table.name)
             touched = self.state.merge(table, spec, rows, batch, SIGNED)
             self._record(table.name, rows.num_rows, t1 - t0, time.perf_counter() - t1, touched)
+        if stage.kept is not None and self.plan.consumers(stage.name) and \
+                self.state.through(stage.kept.name) < batch:
+            self._keep(stage, batch)
         return None
+
+    def _outbox(self, stage: StagePlan, batch: int, name: str = "out") -> str:
+        """The stage's outbox, holding its output change of ``batch``, as a view."""
+        return self.engine.delta(f"{self._prefix}{name}_{stage.name}",
+                                 self.state.check_outbox(stage, batch))
+
+    def _keep(self, stage: StagePlan, batch: int) -> None:
+        """Folds the output change the stage handed on for ``batch`` (its outbox, written
+        first) into its kept rows: after a crash they catch up from the same rows."""
+        assert stage.kept is not None and stage.keep is not None
+        faults.crash_point("view.before_keep", batch)
+        t0 = time.perf_counter()
+        rows = self._collect(render_kept_fold(stage, self._outbox(stage, batch, "keep")), stage.kept.name)
+        t1 = time.perf_counter()
+        touched = self.state.merge(stage.kept, stage.keep, rows, batch, SIGNED)
+        self._record(stage.kept.name, rows.num_rows, t1 - t0, time.perf_counter() - t1, touched)
 
     def _stage_delta(self, stage: StagePlan, changes: dict[str, tuple[str, int]],
                      batch_view: str) -> _Delta:
@@ -316,7 +341,12 @@ class Fold:
             old_views[table.name] = old
             new_views[table.name] = self._view(f"live_{table.name}", render_live_rows(table, new))
         self.metrics.h_s += time.perf_counter() - t0
-        if outbox:
+        if outbox and stage.kept is not None:  # what leaves the output: what was handed on
+            kept = self._view(f"kept_{stage.name}", render_kept_old(
+                stage, self._touched_state(stage.kept, touched_keys, main.keys[0].name
+                                           if main.keys else None), touched_keys))
+            self._write_outbox(stage, render_kept_change(stage, kept, new_views), batch)
+        elif outbox:
             self._write_outbox(stage, render_output_change(stage, old_views, new_views), batch)
         replaces = {s.table: s for s in stage.replace}
         for table in pending:
@@ -338,16 +368,19 @@ class Fold:
             self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
             faults.crash_point("view.after_merge", batch)
 
-    def _touched_state(self, table: StateTable, touched_keys: str) -> str:
+    def _touched_state(self, table: StateTable, touched_keys: str,
+                       touched_as: str | None = None) -> str:
         """``table`` as the old rows of the touched groups are read from it: on the driver
         only the rows whose first key is a touched one (a filtered scan), so a batch whose
         keys are spread over a large state reads their rows, not the state; whole otherwise
-        (Spark's join reads what it needs)."""
+        (Spark's join reads what it needs).  ``touched_as``: that key's name in
+        ``touched_keys`` when it differs (a kept table names θ apart)."""
         if self.engine.name != DRIVER or not table.keys:
             return self._state(table.name)
         first = table.keys[0].name
-        field = self.state.schema(table.name).field(first)
-        values = self.engine.collect(render_values(touched_keys, first), pa.schema([field]))
+        column = touched_as or first
+        field = self.state.schema(table.name).field(first).with_name(column)
+        values = self.engine.collect(render_values(touched_keys, column), pa.schema([field]))
         return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
                                  matching={first: values.column(0).combine_chunks()})
 

@@ -142,14 +142,15 @@ class ViewRuntime:
 
     def _written(self, reached: list[StagePlan], source: str) -> list[str]:
         """The tables a batch of ``source`` writes: the stages' own state, the side tables
-        of the inputs it changes, and the outboxes of stages others read."""
+        of the inputs it changes, and the outboxes (and kept rows) of stages others read."""
         names = {s.name for s in reached}
         moved = {(s.name, i.alias) for s in reached for i in s.inputs
                  if (i.derived and i.table in names) or
                  (not i.derived and i.table.lower() == source.lower())}
         tables = [t.name for s in reached for t in self.plan.stored(s)
                   if t.side_of is None or (s.name, t.side_of) in moved]
-        return tables + [s.outbox for s in reached if s.outbox in self.plan.outboxes()]
+        return (tables + [s.outbox for s in reached if s.outbox in self.plan.outboxes()]
+                + [t.name for t in self.plan.kept() if self.plan.stage_of(t.name) in reached])
 
     def ensure_tables(self) -> None:
         """Creates every missing state table (h(∅)); see :meth:`ViewState.ensure_tables`."""

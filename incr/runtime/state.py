@@ -34,6 +34,8 @@ from incr.compiler.sqlgen import (
     merge_ident,
     render_anti_delta,
     render_consolidated,
+    render_kept_fold,
+    render_kept_rows,
     render_none,
     render_rows,
     render_stage_delta,
@@ -87,8 +89,6 @@ class ViewState:
         """True when ``table`` holds no row (before the initial load)."""
         return self.store.is_empty(self.path(table))
 
-    def stage_of(self, table: str) -> StagePlan:
-        return next(s for s in self.plan.stages if any(t.name == table for t in s.tables))
 
     # -- writing -----------------------------------------------------------------------------
     @per_engine("⊗/⊗̃ as MERGE and as a query", "delta-rs MERGE")
@@ -208,7 +208,7 @@ class ViewState:
         sort_by = (BUCKET, *table.key_columns)
         if has_deletion_vectors(self.store.table(path)):
             return self.store.compact_files(path, sort_by, COMPACT_FILES_PER_BUCKET) > 0
-        limit = COMPACT_FILES_PER_BUCKET * self.stage_of(table.name).buckets_of(table.name)
+        limit = COMPACT_FILES_PER_BUCKET * self.plan.stage_of(table.name).buckets_of(table.name)
         if self.engines is None:
             return self.store.compact(path, sort_by, limit)
         from incr.runtime.session import compact
@@ -252,7 +252,7 @@ class ViewState:
         if self._ready:
             return
         paths = [t.name for s in self.plan.stages for t in self.plan.stored(s)]
-        paths += list(self.plan.outboxes())
+        paths += list(self.plan.outboxes()) + [t.name for t in self.plan.kept()]
         if not all(self.store.exists(self.path(p)) for p in paths):
             from incr.runtime.session import SparkEngine
 
@@ -310,10 +310,18 @@ class ViewState:
             outputs[stage.name] = spark.view(f"{prefix}out_{stage.name}",
                                              render_rows(stage.answer, state))
             if stage.outbox in self.plan.outboxes():
-                none = spark.view(f"{prefix}none_{stage.name}", render_none(outputs[stage.name]))
-                self._create(stage.outbox, spark, none, ())
+                handed = outputs[stage.name]
+                if stage.kept is not None:  # the output over nothing is handed on from here
+                    handed = spark.view(f"{prefix}kept_{stage.name}", render_kept_rows(stage, state))
+                    kept = spark.view(f"{prefix}keep_{stage.name}", render_kept_fold(stage, handed))
+                    self._create(stage.kept.name, spark, kept, stage.kept.key_columns)
+                none = spark.view(f"{prefix}none_{stage.name}", render_none(handed))
+                self._create(stage.outbox, spark, none, (), partitioned=False)
 
-    def _create(self, table: str, spark: SparkEngine, view: str, keys: tuple[str, ...]) -> None:
+    def _create(self, table: str, spark: SparkEngine, view: str, keys: tuple[str, ...],
+                partitioned: bool = True) -> None:
+        """``partitioned``: by ``_bucket`` when it has one (an outbox, rewritten whole each
+        batch, is not)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         path = self.path(table)
@@ -323,7 +331,7 @@ class ViewState:
         data = df.toArrow()
         schema = nullable(to_arrow_schema(df.schema))
         data = data.cast(schema) if data.num_rows else schema.empty_table()
-        partition = [BUCKET] if BUCKET in schema.names else None
+        partition = [BUCKET] if BUCKET in schema.names and partitioned else None
         self.store.write(path, data, mode="append", batch=None, partition_by=partition,
                          description=f"incr state {table} of view {self.plan.view} (program "
                                      f"{self.plan.program}, state {self.plan.state_fingerprint}); "

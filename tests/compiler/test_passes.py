@@ -311,6 +311,38 @@ def test_fingerprint_ignores_the_answer_only_parts(changed: str):
     assert other.answer_fingerprint != base.answer_fingerprint
 
 
+@pytest.mark.parametrize(("select", "header", "kept"), [
+    ("SELECT s, COUNT(*) AS n FROM (SELECT k, SUM(x) AS s FROM t GROUP BY k) AS q GROUP BY s",
+     "", ("_theta_k", "k", "s")),
+    ("SELECT MAX(v2) AS m FROM (SELECT g, VAR_POP(x) AS v2, MIN(v) AS lo FROM t GROUP BY g) AS q",
+     "", ("_theta_g", "g", "v2", "lo")),
+    ("SELECT k, g, AVG(x) AS a FROM t GROUP BY ROLLUP (k, g)", "", None),
+    ("SELECT s, COUNT(*) AS n FROM (SELECT k, SUM(x) AS s FROM t GROUP BY k) AS q GROUP BY s",
+     "-- incr: append_only = t\n", ()),
+    (("SELECT s, COUNT(*) AS n FROM (SELECT k, SUM(v) AS s, MIN(x) AS lo FROM t GROUP BY k) "
+      "AS q GROUP BY s"), "", ()),
+    ("SELECT k, SUM(x) AS s, VAR_SAMP(x) AS vs FROM t GROUP BY k", "", ()),
+], ids=["double-sum", "moments", "rollup", "append-only", "integer-sum-and-min", "top-stage"])
+def test_a_nested_stage_keeps_what_it_hands_on_when_recomputing_it_drifts(select, header, kept):
+    """A stage another reads keeps its output rows (θ renamed beside the output columns)
+    exactly when an output comes from exact bands or moments over a bag."""
+    plan = plan_of(select, header)
+    tables = [s.kept for s in plan.stages if s.kept is not None]
+    assert all(s.kept is None for s in plan.stages if not s.name)
+    if kept is None:  # grouping sets over a source with deletes: a DOUBLE AVG is one
+        # aggregation per set over the rows, each read by the union of the sets
+        assert [t.key_columns for t in tables] == [
+            ("_theta_k", "_theta_g", "k", "g", "a"), ("_theta_k", "k", "g", "a"), ("k", "g", "a")]
+        assert all(not i.derived for s in plan.stages[:-1] for i in s.inputs)
+    elif not kept:
+        assert tables == []
+    else:
+        assert [t.key_columns for t in tables] == [kept]
+        stage = next(s for s in plan.stages if s.kept is not None)
+        assert stage.keep is not None and stage.keep.operator == "⊗±"
+        assert stage.keep.keys == kept and plan.kept() == (stage.kept,)
+
+
 if __name__ == "__main__":  # print what the code renders now, block by block, for review
     for c in load_cases(sys.argv[1]):
         lines = [f"# title: {c.title}"] if c.title else []

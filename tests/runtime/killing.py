@@ -46,6 +46,8 @@ CREATE VIEW overall AS SELECT COUNT(*) AS n, SUM(v) AS total, AVG(x) AS ax, MAX(
 CREATE VIEW labelled AS
 SELECT t.label, COUNT(*) AS n, SUM(s.v) AS total FROM s JOIN t ON s.k = t.k GROUP BY t.label;
 CREATE VIEW leaders AS SELECT g, SUM(v) AS total FROM s GROUP BY g ORDER BY total DESC, g LIMIT 3;
+CREATE VIEW spread AS SELECT COUNT(*) AS n, MIN(sx) AS lo, MAX(sx) AS hi, SUM(sx) AS total
+FROM (SELECT g, SUM(x) AS sx FROM s GROUP BY g) AS q;
 """
 SCHEMAS = {"s": pa.schema([("g", pa.string()), ("k", pa.int64()), ("v", pa.int64()), ("x", pa.float64())]),
            "t": pa.schema([("k", pa.int64()), ("label", pa.string())])}

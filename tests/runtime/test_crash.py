@@ -2,10 +2,12 @@
 
 Each run is a real process (``python -m incr.cli run``) that ``INCR_CRASH_AT`` kills with
 ``os._exit`` at one point of one batch: before anything, after the row index committed,
-before a state merge, between the state tables' merge commits, after all state but before
-the answer, after the answer.  The next run must finish the interrupted batch and go on
-without applying anything twice or skipping anything.  After every crash, the answer table
-BI tools see must be a consistent answer: the oracle's answer as of the batch it records.
+before a state merge, between the state tables' merge commits (the first view's first one:
+a nested stage's), between a nested stage's output change and its kept rows, after all
+state but before the answer, after the answer.  The next run must finish the
+interrupted batch and go on without applying anything twice or skipping anything.  After
+every crash, the answer table BI tools see must be a consistent answer: the oracle's answer
+as of the batch it records.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from incr.runtime.report import read_answer
 
 PROGRAM = """-- incr: buckets = 2
 CREATE TABLE s (g VARCHAR, v BIGINT);
+CREATE VIEW shares AS SELECT COUNT(*) AS n, SUM(share) AS total, MIN(share) AS lo,
+MAX(share) AS hi FROM (SELECT g, SUM(CAST(v AS DOUBLE) / 7) AS share FROM s GROUP BY g) AS q;
 CREATE VIEW per_group AS
 SELECT g, SUM(v) AS total, COUNT(*) AS n, MIN(v) AS lo, COUNT(DISTINCT v) AS dv FROM s GROUP BY g;
 CREATE VIEW everything AS SELECT COUNT(*) AS n, SUM(v) AS total, MAX(v) AS hi FROM s;
@@ -34,7 +38,8 @@ SCHEMA = pa.schema([("g", pa.string()), ("v", pa.int64())])
 
 # (crash point, batch it fires in); batch 3 is a delete batch.
 CRASHES = [("batch.start", 1), ("index.after_commit", 2), ("view.before_merge", 3),
-           ("view.after_merge", 4), ("view.after_state", 5), ("view.after_answer", 6)]
+           ("view.after_merge", 4), ("view.before_keep", 5), ("view.after_state", 6),
+           ("view.after_answer", 7)]
 
 
 def _batches() -> list[tuple[str, list[dict]]]:
@@ -101,5 +106,5 @@ def test_killed_runs_resume_exactly_once(tmp_path: Path):
         # Every state table is at the last batch (the oracle check above shows that no batch
         # was applied twice: SUM and COUNT would be off).
         root = warehouse / "state" / plan.view / plan.state_fingerprint
-        for table in plan.tables:
+        for table in (*plan.tables, *plan.kept()):
             assert DeltaTable(str(root / table.name)).transaction_version("incr") == last

@@ -18,7 +18,9 @@ are derived from one grouping by every key (seed 003's BRR rule, :func:`_derived
 ``_incr_fine`` is the only query over the source rows, a set holding every key reads its
 rows as they are, and a coarser set re-aggregates them, so it keeps a row per group of the
 finest grouping it covers instead of reading the source again.  Otherwise (another
-DISTINCT aggregate) every branch is an aggregation over the source of its own.  Either way each
+DISTINCT aggregate, or a SUM/AVG/VAR/STDDEV of a floating-point value over a source with
+deletions, whose partial sums would each be kept exactly by band) every branch is an
+aggregation over the source of its own.  Either way each
 branch is an ordinary stage, exact under deletes.
 """
 
@@ -97,7 +99,8 @@ def _expand(scope: Scope, select: exp.Select) -> exp.Expr:
         names.append(unique(item.alias if isinstance(item, exp.Alias) else default_name(item, i),
                             used))
     ordered = sorted(sets, key=len, reverse=True)
-    derived = _derived(select, ordered, keys, types, names) if len(sets) > 1 else None
+    derived = (_derived(select, ordered, keys, types, names)
+               if len(sets) > 1 and not _floats_under_deletes(scope, select) else None)
     if derived is not None:
         branches, fine = derived
     else:
@@ -174,6 +177,33 @@ def _key_types(scope: Scope, select: exp.Select, keys: list[str]) -> dict[str, s
                                                            exp.DataType.Type.NULL):
             found.setdefault(_key(node), node.type.sql(scope.program.options.dialect))
     return {k: found[k] for k in keys if k in found}
+
+
+def _floats_under_deletes(scope: Scope, select: exp.Select) -> bool:
+    """True when floating-point sums would be combined from partials over a source with deletes.
+
+    That is a SUM or AVG of a floating-point value (or of one whose type sqlglot cannot
+    tell), or any VAR or STDDEV, over a table that takes deletions.
+    Such a sum is kept exactly per binary band, and so would be each coarser set's sum of
+    the finest groups' DOUBLE partials (for VAR and STDDEV three of them): their state and
+    plans outgrow one aggregation per set over the rows themselves, which is what those
+    sets get instead.
+    """
+    from sqlglot.optimizer.annotate_types import annotate_types
+
+    tables = {t.name.lower() for t in select.find_all(exp.Table)}
+    if all((d := scope.program.table(t)) is not None and d.append_only for t in tables):
+        return False
+    if any(select.find_all(*_SPREAD)):  # their partial sums are DOUBLE whatever x is
+        return True
+    try:
+        typed = annotate_types(qualify_names(scope, select.copy()), schema=sqlglot_schema(scope),
+                               dialect=scope.program.options.dialect)
+    except (OptimizeError, ValueError, KeyError):
+        return True
+    floating = (exp.DataType.Type.UNKNOWN, exp.DataType.Type.FLOAT, exp.DataType.Type.DOUBLE)
+    return any(agg.this.type is None or agg.this.type.is_type(*floating)
+               for agg in typed.find_all(exp.Sum, exp.Avg) if agg.this is not None)
 
 
 def _branch(select: exp.Select, chosen: list[exp.Expr], keys: dict[str, exp.Expr],

@@ -9,6 +9,8 @@
 * ⊗̂ (diffusion, seed §8.2) is the right-outer variant: only ΔT's keys come out.
 * ⊗± (signed merge) exists for tables holding only counts (side tables and value-count
   bags): a count is a group, so one MERGE folds signed changes, inserts and deletes at once.
+* ⊗± also keeps a nested stage's *kept* output rows (see ``split_answer``): the signed
+  output changes it hands on are folded into them.
 * ⊗= (replace) writes rows already combined elsewhere (``old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)`` computed
   as a query, when a stage must also hand on its output change): matched rows take the new
   values, rows at count 0 go, new rows at count 0 are never inserted.
@@ -36,8 +38,9 @@ def derive_merge(c: Compilation) -> Compilation:
     diffuse = tuple(_diffuse(t) for t in c.tables)
     signed = tuple(_signed(t) for t in c.tables if all(isinstance(v.monoid, Count) for v in t.values))
     replaced = tuple(_replace(t) for t in c.tables if t.side_of is None)
+    keep = _signed(c.kept) if c.kept is not None else None
     return replace(c, merge=merge, diminish=diminish, diffuse=diffuse, signed=signed,
-                   replace=replaced)
+                   replace=replaced, keep=keep)
 
 
 def _refs(table: StateTable, alias: str) -> list[tuple[str, ...]]:

@@ -26,9 +26,9 @@ Floating-point sums and moments have an inverse only on paper: ``(1e16 + 1) - 1e
 so a DOUBLE state diminished by a deletion keeps the rounding of what left it.  Under
 deletions a SUM/AVG of a DOUBLE is kept as exact integers per binary band
 (:mod:`incr.algebra.exact`; small: a row or two per θ), and VAR/STDDEV are computed from
-the live values in the bag (its size is the number of distinct values per θ).  That holds
-for the view's own stage; a stage feeding another, and an iterative view's step, keep the
-DOUBLE monoids (see :func:`infer_monoids`).
+the live values in the bag (its size is the number of distinct values per θ).  A stage
+feeding another keeps, beside them, the rows it handed on (see :func:`infer_monoids`); an
+iterative view's step keeps the DOUBLE monoids.
 Identical elements are shared (AVG(x) and SUM(x) keep one ``sum_x``).
 """
 
@@ -53,12 +53,12 @@ def infer_monoids(c: Compilation) -> Compilation:
     namer = _Namer()
     namer.used.update(k.name.lower() for k in c.lineage or ())  # θ columns share the table
     bags = _Bags()
-    # Only the view's own stage reads its floats from bands and bags.  A stage that feeds
-    # another (a subquery, a grouping set) hands on rows the next stage matches by value, so
-    # its outputs must come out bit for bit the same each time, which a sum over bands or
-    # bag rows in no fixed order does not promise.  An iterative view's step keeps DOUBLE
-    # monoids too: its loop compares answers within TOLERANCE.
-    exact = not c.source.append_only and not c.view.step and not c.stage
+    # A stage that feeds another (a subquery, a grouping set) hands on rows the next stage
+    # matches by value, and a sum over bands or bag rows in no fixed order may differ in
+    # its last bit from one computation to the next: such a stage keeps the rows it handed
+    # on (split_answer's ``kept``) and takes back those.  An iterative view's step keeps
+    # DOUBLE monoids: its loop compares answers within TOLERANCE.
+    exact = not c.source.append_only and not c.view.step
     states: list[AggState] = []
     for named in agg.aggs:
         arg = named.call.arg

@@ -16,6 +16,13 @@ monoid elements monoid inference chose: it folds a batch into state rows keyed b
   joined with the other inputs' side tables (seed §8.1 leaves this case out: both inputs
   streaming), then folded by h like a batch of a single source.
 
+* ``kept``: for a stage another stage reads whose output is not a function of its state
+  rows' stored values alone (a DOUBLE sum from its exact bands, moments from a bag: sums in
+  no fixed order, whose last bit may differ from one computation to the next or between
+  engines), the output rows it handed on, keyed by (θ, the output columns) with ``_n``.
+  The readers match what left the output by value, so what a batch takes back must be
+  what an earlier one handed on, bit for bit: it is read from here, not recomputed.
+
 Tables of a stage other than the view's own are prefixed with the stage's name
 (``s1_main``, ``s1_side_x``).
 
@@ -59,6 +66,9 @@ from incr.compiler.scalar import Scalar
 
 MAIN_TABLE = "main"
 ROWS_TABLE = "rows"
+KEPT_TABLE = "kept"
+#: Prefix of θ's columns in a ``kept`` table, where they sit beside the output columns.
+KEPT_KEY = "_theta_"
 #: The alias of a window stage's rows in its answer query.
 ROWS = "r"
 BAG_VALUE = "value"
@@ -115,7 +125,30 @@ def split_answer(c: Compilation) -> Compilation:
             h.append(HQuery(side, inp.table, None, c.program.options.buckets, weighted=True))
     answer = _answer(c.rel, c.aggregates, dict(c.key_columns), grouped, tuple(bags),
                      tuple(k.name for k in c.lineage), tables[0].name, rows)
-    return replace(c, tables=tuple(tables), h=tuple(h), answer=answer)
+    return replace(c, tables=tuple(tables), h=tuple(h), answer=answer,
+                   kept=_kept(c, answer, tables))
+
+
+def _kept(c: Compilation, answer: Answer, tables: list[StateTable]) -> StateTable | None:
+    """The ``kept`` table of a nested stage whose output drifts.
+
+    None when the stage has no reader, or its output is recomputed from the stored values
+    bit for bit (a DOUBLE kept as a DOUBLE, a MIN of a bag, an integer or DECIMAL sum).
+    """
+    assert c.lineage is not None
+    exact = {t.name for t in tables if t.exact_of is not None}
+    if not c.stage or not any(b.centered or b.table in exact for b in answer.bags):
+        return None
+    taken = {e.name.lower() for e in answer.exprs}
+    keys = []
+    for k in c.lineage:
+        name = KEPT_KEY + k.name
+        while name.lower() in taken:
+            name = "_" + name
+        taken.add(name.lower())
+        keys.append(Named(name, k.expr))
+    return StateTable(c.table_name(KEPT_TABLE), tuple(keys), (ROW_COUNT_VALUE,), vanishes=True,
+                      row_keys=answer.exprs)
 
 
 def _bag_reads(aggregates: tuple[AggState, ...]) -> list[tuple[str, Scalar, list[BagRead]]]:
