@@ -148,6 +148,16 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
     return frame.select(*[_column(f.name) for f in snapshot.schema])
 
 
+def _release(df: DataFrame) -> None:
+    """Frees the blocks of a local checkpoint (:meth:`SparkEngine.frame`) now, not whenever
+    the driver's garbage collector lets Spark's cleaner see the RDD is gone."""
+    plan = df._jdf.queryExecution().analyzed()
+    if plan.getClass().getSimpleName() == "LogicalRDD":
+        plan.rdd().unpersist(False)
+    else:
+        df.unpersist()
+
+
 def literal_path(path: str) -> str:
     """``path`` as Spark's file reader takes it as written: it expands Hadoop's glob
     characters (``{}[]*?\\``), so a folder named ``a{1}`` would not be found unescaped."""
@@ -318,9 +328,16 @@ class SparkEngine(Engine):
         return self.engines.spark
 
     def frame(self, name: str, df: DataFrame, cache: bool = False) -> str:
-        """Registers a DataFrame as ``name`` (cached when asked); returns the name."""
+        """Registers a DataFrame as ``name`` (materialized when asked); returns the name.
+
+        A materialized frame is a local checkpoint: computed once, and read by later steps
+        as a leaf, its lineage cut.  Spark inlines a temporary view's whole plan into every
+        query reading it, so with ``cache()`` alone the plans of a nested view's combine step
+        (each stage's change read by the next, each table's old, new and changed rows) grew
+        with every step and filled the driver's heap with plan trees.
+        """
         if cache:
-            df = df.cache()
+            df = df.localCheckpoint(eager=True)
             self._cached.append(df)
         df.createOrReplaceTempView(name)
         self._names.append(name)
@@ -362,5 +379,5 @@ class SparkEngine(Engine):
         for name in self._names:
             self.spark.catalog.dropTempView(name)
         for df in self._cached:
-            df.unpersist()
+            _release(df)
         self._names, self._cached = [], []

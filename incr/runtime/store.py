@@ -258,7 +258,7 @@ class DeltaStore:
         schema = pa.schema(dt.schema().to_arrow())
         partitions = tuple(dt.metadata().partition_columns)
         only = _bucket_filter(partitions, buckets)
-        files = [] if only == [] else local_files(dt, only)
+        files = [] if only == [] else table_files(dt, only)
         deleted = deleted_positions(dt) if files else {}
         return Snapshot(str(Path(path)), files, schema, partitions, dt.version(),
                         {f: deleted[f] for f in files if f in deleted})
@@ -1079,7 +1079,7 @@ def check_table_root(path: Path) -> None:
                            f"character); use a folder without them")
 
 
-def local_files(dt: DeltaTable, partitions: list[tuple[str, str, Any]] | None = None) -> list[str]:
+def table_files(dt: DeltaTable, partitions: list[tuple[str, str, Any]] | None = None) -> list[str]:
     """The table's files (of ``partitions``, delta-rs filters), a local one by its plain path.
 
     ``DeltaTable.file_uris`` spells a local file percent-encoded (``/tmp/a%20b/part-0``),

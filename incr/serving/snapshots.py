@@ -48,7 +48,7 @@ from incr.runtime.store import (
     DeltaStore,
     commit_batches,
     deleted_positions,
-    local_files,
+    table_files,
     trusted_commits,
 )
 
@@ -372,9 +372,9 @@ def answer_version(view: str, path: Path, version: int, batch: int) -> AnswerVer
     if dt.metadata().partition_columns:
         raise StorageError(f"the answer of view {view} at {path} is partitioned; incr writes "
                            f"answers unpartitioned and serves only those")
-    files = tuple(local_files(dt))
+    files = tuple(table_files(dt))
     listed = set(files)
-    # The store's own reading of the vectors (keyed as local_files spells the files), the one
+    # The store's own reading of the vectors (keyed as table_files spells the files), the one
     # incr's Spark reads apply: serving leaves out exactly the rows a batch's reads do.
     deleted = {f: rows for f, rows in deleted_positions(dt).items() if f in listed and len(rows)}
     counts = pa.table(dt.get_add_actions(flatten=True))["num_records"].to_pylist()
