@@ -89,7 +89,6 @@ class ViewState:
         """True when ``table`` holds no row (before the initial load)."""
         return self.store.is_empty(self.path(table))
 
-
     # -- writing -----------------------------------------------------------------------------
     @per_engine("⊗/⊗̃ as MERGE and as a query", "delta-rs MERGE")
     def merge(self, table: StateTable, spec: MergeSpec, rows: pa.Table, batch: int, kind: str) -> int:
