@@ -125,6 +125,17 @@ def _parser() -> argparse.ArgumentParser:
                     help="the archive folder (default: WAREHOUSE/_incr/<program>/archive)")
     sp.set_defaults(func=cmd_archive)
 
+    sp = sub.add_parser("refresh", help="rebuild a view's state from every batch (a full refresh) "
+                                        "beside the current one, which is served until the "
+                                        "new answer takes over in one commit")
+    program_arg(sp)
+    paths(sp)
+    sp.add_argument("--view", required=True)
+    sp.add_argument("--no-run", action="store_true",
+                    help="only start the refresh; the next run (or Airflow task) does it")
+    sp.add_argument("--json", action="store_true", help="print the run report as JSON")
+    sp.set_defaults(func=cmd_refresh)
+
     sp = sub.add_parser("skip", help="drop a registered batch that no table applied (e.g. a "
                                      "rejected file that will be re-sent under a new name)")
     program_arg(sp)
@@ -268,7 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_answer(args: argparse.Namespace) -> int:
     from incr.compiler import compile_program
-    from incr.runtime.report import format_table, read_answer
+    from incr.runtime.report import answered_by, format_table, read_answer
 
     compiled = compile_program(args.program)
     try:
@@ -276,7 +287,12 @@ def cmd_answer(args: argparse.Namespace) -> int:
     except KeyError:
         raise IncrError(f"program {compiled.name} has no view {args.view}; its views: "
                         f"{', '.join(p.view for p in compiled.plans)}") from None
-    table, batch = read_answer(_need(args.warehouse, "--warehouse"), plan, args.batch)
+    warehouse = _need(args.warehouse, "--warehouse")
+    table, batch = read_answer(warehouse, plan, args.batch)
+    if args.batch is None and not answered_by(warehouse, plan):
+        print(f"note: view {plan.view} changed and is rebuilding; this is the answer its previous "
+              f"definition published, served until the new one has caught up (`incr status`)",
+              file=sys.stderr)
     rows = table.to_pylist()[: args.limit] if args.limit else table.to_pylist()
     if args.format == "json":
         for row in rows:
@@ -316,8 +332,11 @@ def cmd_status(args: argparse.Namespace) -> int:
             f", {v.state_bytes / 2**20:.1f} MiB"
         answer = (f"version {v.answer_version}, {v.answer_rows} rows"
                   if v.answer_version is not None else "none yet")
-        print(f"  view {v.view}: state at batch {v.state_batch} ({state}), answer at batch "
-              f"{v.answer_batch} ({answer}), {v.pending} batch(es) pending")
+        shown = (f"answer at batch {v.answer_batch} ({answer})" if v.serving_old is None else
+                 f"rebuilding: serving the previous answer, of batch {v.serving_old} ({answer}), "
+                 f"until the new one has caught up")
+        print(f"  view {v.view}: state at batch {v.state_batch} ({state}), {shown}, "
+              f"{v.pending} batch(es) pending")
     if rejected is not None:
         where = f"batch {rejected.seq} (table {rejected.table}, file {rejected.path})" \
             if rejected.seq is not None else "a landed file"
@@ -366,6 +385,20 @@ def cmd_archive(args: argparse.Namespace) -> int:
     moved = pipeline.archive(to)
     print(f"program {compiled.name}: {len(moved)} applied batch file(s) moved to {to}")
     return 0
+
+
+def cmd_refresh(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.runtime.pipeline import Pipeline
+
+    compiled = compile_program(args.program)
+    pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
+    root = pipeline.refresh(args.view)
+    print(f"view {args.view}: rebuilding its state in {root}; its current answer is served "
+          f"until the new one has caught up")
+    if args.no_run:
+        return 0
+    return cmd_run(args)
 
 
 def cmd_skip(args: argparse.Namespace) -> int:

@@ -25,15 +25,17 @@ when the answer has been published before (its table's schema is then the target
 driver's result is cast to) and the state rows they read are few; otherwise in Spark.  A
 rewrite computed in Spark is written by Spark's executors (the whole answer need not fit
 the driver's memory); the changed groups' rows and a top-k are few, and are collected.
-Each version carries the answer query's fingerprint, so a changed answer query (say
-``LIMIT 10`` → ``LIMIT 5``) is republished rather than mistaken for current.
+Each version carries the answer query's fingerprint and the state generation it was
+computed from, so a changed answer query (say ``LIMIT 10`` → ``LIMIT 5``) or a rebuilt
+state is republished rather than mistaken for current; until then the old version is
+served (build, then swap: :mod:`~incr.runtime.maintain`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
     from incr.runtime.fold import ViewMetrics
 
 ANSWER_FP = "incr.answer_fingerprint"
+#: The state generation an answer version was computed from (its directory's name).
+STATE_KEY = "incr.state"
 T = TypeVar("T")
 
 
@@ -70,10 +74,20 @@ class AnswerTable:
         self.path = warehouse / "answers" / plan.view
 
     def through(self) -> int:
-        """The batch the answer table reflects (-1: none, or written by another answer query)."""
-        if self.store.last_commit_metadata(self.path, ANSWER_FP) != self.plan.answer_fingerprint:
+        """The batch the answer table reflects (-1: none, or not this view's: written by
+        another answer query or from another state generation)."""
+        commit = self.store.last_commit(self.path)
+        if commit.get(ANSWER_FP) != self.plan.answer_fingerprint or \
+                served_state(commit) != self.state.root.name:
             return -1
         return self.store.applied_through(self.path)
+
+    def served(self) -> tuple[int, str | None]:
+        """The batch the answer table shows and the state generation it was computed from,
+        whichever definition wrote it ((-1, None): no answer yet).  While a changed or
+        refreshed view rebuilds, that is the old one, still served."""
+        commit = self.store.last_commit(self.path)
+        return self.store.applied_through(self.path), served_state(commit)
 
     def compute(self, published: bool | None = None) -> pa.Table:
         """a(state) from the current state tables, on the engine :meth:`Engines.choose` picks.
@@ -333,4 +347,11 @@ class AnswerTable:
     def _metadata(self, batch: int) -> dict[str, str]:
         return {ANSWER_FP: self.plan.answer_fingerprint,
                 "incr.state_fingerprint": self.plan.state_fingerprint,
+                STATE_KEY: self.state.root.name,
                 "incr.program": self.plan.program, BATCH_KEY: str(batch)}
+
+
+def served_state(commit: dict[str, Any]) -> str | None:
+    """The state generation an answer commit names (an answer written before generations
+    were recorded names its state fingerprint, the directory of its generation 0)."""
+    return commit.get(STATE_KEY) or commit.get("incr.state_fingerprint")

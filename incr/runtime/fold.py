@@ -83,7 +83,8 @@ class ViewMetrics:
     state_rows_touched: int = 0
     answer_rows: int = 0
     #: "change" (a MERGE of the touched groups), "top" (a top-k from its old rows and the
-    #: touched groups) or "rewrite" (a(state) over the whole state).
+    #: touched groups), "rewrite" (a(state) over the whole state) or "building" (not
+    #: published: the view's new state is catching up while its old answer is served).
     answer_mode: str = ""
     tables: dict[str, dict] = field(default_factory=dict)
     #: Seconds per stage the batch reached (producers first; the view's own stage last,

@@ -62,9 +62,10 @@ from incr.compiler.iterate import (
 from incr.compiler.plan import BUCKET, WEIGHT, IncrementalPlan
 from incr.compiler.sqlgen import render_all, render_old_rows
 from incr.runtime import faults
+from incr.runtime.answer import AnswerTable
 from incr.runtime.engine import DRIVER, Engine
 from incr.runtime.landing import DELETE
-from incr.runtime.maintain import ViewMetrics, ViewRuntime
+from incr.runtime.maintain import ViewMetrics, ViewRuntime, held_back
 from incr.runtime.session import SparkEngine
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable
@@ -125,13 +126,28 @@ class IterativeRuntime:
         self.engines = engines
         self.step = ViewRuntime(plan, store, engines, warehouse)
         self.answer_path = self.step.answer_path
-        self.iterate_path = self.step.state_root / "_iterate"
-        self.dx_path = self.step.state_root / "_dx"
-        self.frontier_path = self.step.state_root / "_frontier"
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
         self._spark_views = SparkEngine(engines, store)  # looked-up X runs in Spark
         self._x_schema = nullable(arrow_schema(self.it.columns))
         self._dx_schema = self._x_schema.append(pa.field(WEIGHT, pa.int64()))
+
+    @property
+    def answer(self) -> AnswerTable:
+        """The step's answer table (the iterate's answer)."""
+        return self.step.answer
+
+    @property
+    def iterate_path(self) -> Path:
+        """X, beside the step's state (in its current generation)."""
+        return self.step.state_root / "_iterate"
+
+    @property
+    def dx_path(self) -> Path:
+        return self.step.state_root / "_dx"
+
+    @property
+    def frontier_path(self) -> Path:
+        return self.step.state_root / "_frontier"
 
     @property
     def spark(self) -> SparkSession:
@@ -154,14 +170,20 @@ class IterativeRuntime:
     def through(self) -> int:
         return min(self.state_through(), self.answer_through())
 
+    def publish_at(self, batches: list[int]) -> int:
+        return self.step.publish_at(batches)
+
     def publish(self, batch: int) -> int:
         return self.step.publish(batch)
 
     def compute_answer(self) -> pa.Table:
         return self.step.compute_answer()
 
-    def drop_stale_state(self) -> None:
-        self.step.drop_stale_state()
+    def drop_stale_state(self) -> list[str]:
+        return self.step.drop_stale_state()
+
+    def refresh(self) -> Path:
+        return self.step.refresh()
 
     def table_path(self, table: str) -> Path:
         return self.step.table_path(table)
@@ -169,12 +191,13 @@ class IterativeRuntime:
     # -- one batch ---------------------------------------------------------------------------
     def apply(self, batch: int, kind: str, source: str, batch_view: str,
               arrow: pa.Table | None = None,
-              register: Callable[[], None] | None = None) -> ViewMetrics:
+              register: Callable[[], None] | None = None, publish_at: int = -1) -> ViewMetrics:
         """Folds the batch, runs the loop, then publishes the new iterate.
 
         ``arrow`` (the batch on the driver) lets the batch's fold and the first batch's
         INITIAL run on the driver; ``register`` makes the batch's Spark temp view, called
-        before Spark reads it.
+        before Spark reads it; a batch before ``publish_at`` is not published
+        (:meth:`ViewRuntime.publish_at`).
         """
         metrics = ViewMetrics(self.plan.view, batch)
         register = _once(register)
@@ -230,6 +253,8 @@ class IterativeRuntime:
             self._spark_views.close()
         self.log.append(trace)
         faults.crash_point("view.after_state", batch)
+        if held_back(metrics, batch, publish_at):
+            return metrics
         t0 = time.perf_counter()
         metrics.answer_rows = self.step.answer.publish(
             batch, changed if in_step and not first else None, metrics)

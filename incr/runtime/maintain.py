@@ -9,8 +9,14 @@ where they meet the change, their outboxes handed on as small tables); Spark oth
 when a driver-side step gives way (tables the driver already committed are at the batch, so
 Spark skips them).
 
-A changed view (new state fingerprint) gets a fresh state directory and replays the
-ledger; the old directory is removed once it caught up.
+**Build, then swap.**  A changed view (new state fingerprint), a changed answer query or a
+full refresh (``incr refresh``: a new state generation) replays the ledger into its new
+state beside the old one, and publishes nothing while it does: the answer table keeps
+serving the old definition's last version, and time travel keeps showing what was
+published at each batch.  Only at the last batch the run applies does the new answer
+replace it, in one commit.  The old state directory stays until then, so a change that is
+rejected or abandoned midway leaves the old view as it was (going back rebuilds nothing);
+once the new answer is published the old state is removed.
 """
 
 from __future__ import annotations
@@ -45,8 +51,12 @@ class ViewRuntime:
         self.state = ViewState(plan, store, warehouse, engines)
         self.answer = AnswerTable(plan, store, self.state, engines, warehouse)
         self.view_root = self.state.view_root
-        self.state_root = self.state.root
         self.answer_path = self.answer.path
+
+    @property
+    def state_root(self) -> Path:
+        """The directory of the view's current state generation."""
+        return self.state.root
 
     def table_path(self, table: str) -> Path:
         return self.state.path(table)
@@ -68,15 +78,27 @@ class ViewRuntime:
         """The last batch fully applied: state and answer (-1: none)."""
         return min(self.state_through(), self.answer_through())
 
+    def publish_at(self, batches: list[int]) -> int:
+        """The first of ``batches`` (the batch numbers a run is about to apply to the view,
+        ascending) whose answer the run publishes: every one's (-1) when the answer table
+        is this view's, or there is none yet (a new view's versions show it as of each
+        batch); when it shows a previous definition or state generation, only the last
+        one's, so the view builds its new state while the old answer is served, and swaps
+        in one commit once caught up."""
+        if not batches or self.answer_through() >= 0 or self.answer.served()[0] < 0:
+            return -1
+        return batches[-1]
+
     # -- one batch ---------------------------------------------------------------------------
     def apply(self, batch: int, kind: str, source: str, batch_view: str,
               arrow: pa.Table | None = None,
-              register: Callable[[], None] | None = None) -> ViewMetrics:
+              register: Callable[[], None] | None = None, publish_at: int = -1) -> ViewMetrics:
         """Folds a batch of ``source`` (temp view ``batch_view``) into state, then publishes a.
 
         ``arrow``, when given, holds the batch's rows on the driver: the fold may then run
         there.  ``register``, when given, makes the batch's Spark temp view: it is called
-        before Spark reads it.
+        before Spark reads it.  ``publish_at``: a batch before it is not published (see
+        :meth:`publish_at`).
         """
         metrics = ViewMetrics(self.plan.view, batch)
         if kind == DELETE and any(s.append_only and self.plan.depends_on(s, source)
@@ -90,6 +112,8 @@ class ViewRuntime:
         touched = self.fold(batch, source, batch_view, -1 if kind == DELETE else 1, metrics,
                             arrow, register)
         faults.crash_point("view.after_state", batch)
+        if held_back(metrics, batch, publish_at):
+            return metrics
         t3 = time.perf_counter()
         metrics.answer_rows = self.answer.publish(batch, touched if in_step else None,
                                                   metrics)
@@ -165,6 +189,25 @@ class ViewRuntime:
         """Writes a(state) as the answer table's version for ``batch`` (once)."""
         return self.answer.publish(batch)
 
-    def drop_stale_state(self) -> None:
-        """Removes state directories of earlier versions of this view."""
-        self.state.drop_stale()
+    def drop_stale_state(self) -> list[str]:
+        """Removes the state of other versions and generations of this view but the one its
+        served answer was computed from, until this one has published (a change rejected
+        or abandoned midway then costs no rebuild to go back); returns the names removed."""
+        keep = None if self.answer.through() >= 0 else self.answer.served()[1]
+        return self.state.drop_stale(keep)
+
+    def refresh(self) -> Path:
+        """Starts a full refresh: a new, empty state generation that the next batches build
+        from batch 0 beside the current one, which keeps being served until the new one
+        has caught up (the caller holds the view's lock)."""
+        return self.state.new_generation()
+
+
+def held_back(metrics: ViewMetrics, batch: int, publish_at: int) -> bool:
+    """Whether ``batch``'s answer is not published (a rebuild catching up); noted in
+    ``metrics``."""
+    if batch >= publish_at:
+        return False
+    metrics.answer_mode = "building"
+    metrics.answer_rows = -1
+    return True

@@ -93,6 +93,9 @@ class ViewStatus:
     state_bytes: int = 0
     answer_version: int | None = None
     answer_rows: int | None = None
+    #: While a changed or refreshed view rebuilds, the batch of the old answer it serves
+    #: (None: the answer is the view's own, or there is none).
+    serving_old: int | None = None
 
 
 @dataclass
@@ -216,6 +219,9 @@ class Pipeline:
             done = v.through()
             pending = sum(1 for b in batches if v in self._consumers(b) and b.seq > done)
             status = ViewStatus(v.plan.view, v.state_through(), v.answer_through(), pending)
+            served = v.answer.served()[0]
+            if status.answer_batch < 0 <= served:
+                status.serving_old = served
             rows: list[int | None] = []
             for table in {t.name for s in v.plan.stages for t in v.plan.stored(s)} | \
                     {t.name for t in v.plan.kept()}:
@@ -258,7 +264,10 @@ class Pipeline:
             self._check_answer_ownership()
             report.registered = self._register_or_reject(report)
             progress = self._progress()
-            for batch in self.ledger.batches() if report.rejected is None else []:
+            batches = self.ledger.batches() if report.rejected is None else []
+            publish_at = {name: self._publish_at(v, batches, progress, through)
+                          for name, v in self.views.items()}
+            for batch in batches:
                 if through is not None and batch.seq > through:
                     break
                 consumers = [v for v in self._consumers(batch)
@@ -266,7 +275,7 @@ class Pipeline:
                 if progress.index_done(batch) and not consumers:
                     continue
                 try:
-                    report.applied.append(self._apply(batch, consumers, progress))
+                    report.applied.append(self._apply(batch, consumers, progress, publish_at))
                 except InputError as e:
                     report.rejected, report.rejected_batch = e, batch
                     break
@@ -316,7 +325,9 @@ class Pipeline:
             return out
         with self.locks.hold(views=(runtime.plan.view,)):
             progress = self._progress()
-            for batch in self.ledger.batches():
+            batches = self.ledger.batches()
+            publish_at = {runtime.plan.view: self._publish_at(runtime, batches, progress, through)}
+            for batch in batches:
                 if batch.seq > through:
                     break
                 if runtime not in self._consumers(batch) or \
@@ -325,10 +336,28 @@ class Pipeline:
                 if not progress.index_done(batch):
                     raise StorageError(f"{batch} is not validated yet; run the prepare step first")
                 loaded = self._load(batch, progress)
-                out += self._fold(batch, loaded, [runtime])
+                out += self._fold(batch, loaded, [runtime], publish_at)
                 progress.views[runtime.plan.view] = batch.seq
             runtime.drop_stale_state()
         return out
+
+    def refresh(self, view: str) -> Path:
+        """Starts a full refresh of ``view``: its state is rebuilt from batch 0 in a new
+        generation beside the current one, by the next run (or Airflow task) of the view,
+        and its answer keeps being served until the new one has caught up and takes over
+        in one commit.  Returns the new generation's directory."""
+        runtime = self._view_runtime(view)
+        with self.locks.hold(views=(runtime.plan.view,)):
+            return runtime.refresh()
+
+    def _publish_at(self, view: ViewRuntime, batches: list[Batch], progress: _Progress,
+                    through: int | None) -> int:
+        """The first batch of this run whose answer ``view`` publishes (see
+        :meth:`ViewRuntime.publish_at`): while it rebuilds, the last one it will apply."""
+        done = progress.views[view.plan.view]
+        return view.publish_at([b.seq for b in batches
+                                if done < b.seq and (through is None or b.seq <= through)
+                                and view in self._consumers(b)])
 
     def skip(self, seq: int) -> Batch:
         """Drops a batch no table has applied (e.g. a bad file the producer will resend)."""
@@ -379,7 +408,8 @@ class Pipeline:
             return done
 
     # -- steps -----------------------------------------------------------------------------------
-    def _apply(self, batch: Batch, consumers: list[ViewRuntime], progress: _Progress) -> BatchReport:
+    def _apply(self, batch: Batch, consumers: list[ViewRuntime], progress: _Progress,
+               publish_at: dict[str, int]) -> BatchReport:
         t0 = time.perf_counter()
         faults.crash_point("batch.start", batch.seq)
         loaded = self._load(batch, progress)
@@ -391,7 +421,7 @@ class Pipeline:
             t1 = time.perf_counter()
             self._index(batch, loaded, progress)
             report.index_s = time.perf_counter() - t1
-            report.views = self._fold(batch, loaded, consumers)
+            report.views = self._fold(batch, loaded, consumers, publish_at)
         finally:
             loaded.unpersist()
         report.total_s = time.perf_counter() - t0
@@ -436,7 +466,8 @@ class Pipeline:
         progress.indexes[batch.table] = batch.seq
         faults.crash_point("index.after_commit", batch.seq)
 
-    def _fold(self, batch: Batch, loaded: LoadedBatch, views: list[ViewRuntime]) -> list[ViewMetrics]:
+    def _fold(self, batch: Batch, loaded: LoadedBatch, views: list[ViewRuntime],
+              publish_at: dict[str, int]) -> list[ViewMetrics]:
         name = f"incr_batch_{batch.table}"
         registered = False
 
@@ -449,7 +480,8 @@ class Pipeline:
         out = []
         for v in views:
             try:
-                m = v.apply(batch.seq, batch.kind, batch.table, name, loaded.arrow, register)
+                m = v.apply(batch.seq, batch.kind, batch.table, name, loaded.arrow, register,
+                            publish_at[v.plan.view])
             except Exception as e:
                 overflow = _overflow(e)
                 if overflow is None:

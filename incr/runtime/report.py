@@ -10,6 +10,7 @@ from deltalake.exceptions import DeltaError
 
 from incr.compiler.plan import IncrementalPlan
 from incr.errors import OutOfRangeError, StorageError
+from incr.runtime.answer import ANSWER_FP
 from incr.runtime.store import APP_ID, DeltaStore, commit_batches, trusted_commits
 
 
@@ -56,6 +57,14 @@ def read_answer(warehouse: Path, plan: IncrementalPlan, batch: int | None = None
                     f"INCR_KEEP_HOURS): its files were vacuumed") from e
     raise StorageError(f"view {plan.view} has no answer for batch {batch} (batches of other "
                        f"tables, or ones before the view existed, have none)")
+
+
+def answered_by(warehouse: Path, plan: IncrementalPlan, store: DeltaStore | None = None) -> bool:
+    """Whether the view's current answer was published by ``plan``'s answer query (not by a
+    previous definition still served while the new one rebuilds)."""
+    store = store or DeltaStore()
+    commit = store.last_commit(warehouse / "answers" / plan.view)
+    return commit.get(ANSWER_FP) == plan.answer_fingerprint
 
 
 def format_table(columns: list[str], rows: list[dict[str, Any]]) -> str:

@@ -3,6 +3,12 @@
 Layout in the warehouse::
 
     WAREHOUSE/state/<view>/<state fingerprint>/<table>   Delta, partitioned by _bucket
+    WAREHOUSE/state/<view>/<state fingerprint>.r<N>/...  the same, rebuilt by ``incr refresh``
+
+A view's state lives in one *generation* directory: its fingerprint's newest (a changed
+view gets a new fingerprint, a full refresh a new ``.r<N>`` beside the old one).  The
+generation its published answer was computed from stays until the new one has caught up
+and published (build, then swap; see :mod:`~incr.runtime.maintain`).
 
 Every write goes through the storage adapter's MERGE (:class:`~incr.runtime.store.Merge`)
 with a spec the compiler derived (⊗, ⊗̃, ⊗±, ⊗=), and records its batch number in the same
@@ -69,11 +75,41 @@ class ViewState:
         self.store = store
         self.engines = engines
         self.view_root = warehouse / "state" / plan.view
-        self.root = self.view_root / plan.state_fingerprint
-        self._ready = False
+        self._ready: Path | None = None  # the generation whose tables are known to exist
         #: The live rows of the touched groups, per main table of the view's own stage, that
         #: a fold by deletion vectors wrote for a batch: ``(batch, {table: rows})``.
         self._touched_rows: tuple[int, dict[str, pa.Table]] = (-1, {})
+
+    @property
+    def root(self) -> Path:
+        """The state directory: the newest generation of the view's state fingerprint.
+
+        Looked up on every use (a directory listing), so a runtime built before a refresh
+        made a new generation writes to the new one once it holds the view's lock.
+        """
+        return self.view_root / self.generation_name(self._generation())
+
+    def _generation(self) -> int:
+        """The newest refresh generation of the fingerprint present (0: the plain one)."""
+        newest = 0
+        prefix = f"{self.plan.state_fingerprint}.r"
+        if self.view_root.is_dir():
+            for child in self.view_root.iterdir():
+                if child.name.startswith(prefix) and child.name[len(prefix):].isdigit():
+                    newest = max(newest, int(child.name[len(prefix):]))
+        return newest
+
+    def generation_name(self, generation: int) -> str:
+        """The directory name of a generation of this view's state."""
+        fingerprint = self.plan.state_fingerprint
+        return fingerprint if generation == 0 else f"{fingerprint}.r{generation}"
+
+    def new_generation(self) -> Path:
+        """Starts a full refresh: an empty generation directory after the newest, which
+        every later fold builds from batch 0 (the caller holds the view's lock)."""
+        root = self.view_root / self.generation_name(self._generation() + 1)
+        root.mkdir(parents=True)
+        return root
 
     def path(self, table: str) -> Path:
         return self.root / table
@@ -230,13 +266,19 @@ class ViewState:
                                f"WAREHOUSE/state/{self.plan.view})")
         return path
 
-    def drop_stale(self) -> None:
-        """Removes state directories of earlier versions of this view."""
+    def drop_stale(self, keep: str | None = None) -> list[str]:
+        """Removes the state directories of other versions and generations of this view but
+        ``keep`` (the one its served answer was computed from, until the new one takes
+        over); returns the names removed."""
         if not self.view_root.is_dir():
-            return
+            return []
+        current = self.root.name
+        gone = []
         for child in self.view_root.iterdir():
-            if child.is_dir() and child.name != self.plan.state_fingerprint:
+            if child.is_dir() and child.name not in (current, keep):
                 self.store.remove(child)
+                gone.append(child.name)
+        return gone
 
     # -- creating the state: h(∅) -------------------------------------------------------------
     def ensure_tables(self, engines: Engines) -> None:
@@ -248,7 +290,8 @@ class ViewState:
         fixes every table's schema (Spark's types) before the first batch, whichever source
         it comes from.
         """
-        if self._ready:
+        root = self.root
+        if self._ready == root:
             return
         paths = [t.name for s in self.plan.stages for t in self.plan.stored(s)]
         paths += list(self.plan.outboxes()) + [t.name for t in self.plan.kept()]
@@ -260,7 +303,7 @@ class ViewState:
                 self._create_tables(spark)
             finally:
                 spark.close()
-        self._ready = True
+        self._ready = root
 
     def _create_tables(self, spark: SparkEngine) -> None:
         prefix = f"incr_{self.plan.view}_init_"

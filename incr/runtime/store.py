@@ -322,16 +322,21 @@ class DeltaStore:
         A VACUUM adds commits of its own; what incr wrote with the newest data (an answer's
         query fingerprint, its program) is read from the commit before them.
         """
+        return self.last_commit(path).get(key)
+
+    def last_commit(self, path: str | Path) -> dict[str, Any]:
+        """The commit info (custom metadata included) of the newest commit that is not
+        housekeeping; empty when there is none (or no table)."""
         if not self.exists(path):
-            return None
+            return {}
         for limit in (4, None):
             commits = self.history(path, limit)
             for commit in commits:
                 if commit.get("operation") not in MAINTENANCE_OPERATIONS:
-                    return commit.get(key)
+                    return commit
             if limit is None or len(commits) < limit:
-                return None
-        return None
+                return {}
+        return {}
 
     def housekeep(self, path: str | Path, *, keep_hours: float, keep_versions: Iterable[int] = ()
                   ) -> list[str]:
