@@ -18,6 +18,7 @@ from incr.config import settings
 from incr.errors import IncrError, StorageError
 
 if TYPE_CHECKING:
+    from incr.runtime.progress import Emit
     from incr.serving.snapshots import ProgramLayout
 
 
@@ -87,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     program_arg(sp)
     paths(sp)
     sp.add_argument("--json", action="store_true", help="print the run report as JSON")
+    progress_arg(sp)
     sp.set_defaults(func=cmd_run)
 
     sp = sub.add_parser("answer", help="print a view's answer table")
@@ -134,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-run", action="store_true",
                     help="only start the refresh; the next run (or Airflow task) does it")
     sp.add_argument("--json", action="store_true", help="print the run report as JSON")
+    progress_arg(sp)
     sp.set_defaults(func=cmd_refresh)
 
     sp = sub.add_parser("skip", help="drop a registered batch that no table applied (e.g. a "
@@ -233,6 +236,24 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def progress_arg(sp: argparse.ArgumentParser) -> None:
+    sp.add_argument("--progress", action="store_true",
+                    help="a progress line per batch on stderr (batches, rows, rate, ETA) even "
+                         "when it is not a terminal (on a terminal: one line, always)")
+
+
+def _progress(lines: bool) -> Emit | None:
+    """Where a run's progress goes: one line rewritten in place on a terminal, a line per
+    batch with ``--progress`` elsewhere, nowhere otherwise."""
+    from incr.runtime.progress import as_lines, on_terminal
+
+    if sys.stderr.isatty():
+        return on_terminal(sys.stderr)
+    if lines:
+        return as_lines(lambda line: print(line, file=sys.stderr, flush=True))
+    return None
+
+
 def _need(value: str | None, flag: str) -> Path:
     if not value:
         raise IncrError(f"{flag} is required (or set ${'INCR_' + flag.strip('-').upper()})")
@@ -263,7 +284,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     compiled = compile_program(args.program)
     pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
-    report = pipeline.run()
+    report = pipeline.run(emit=_progress(args.progress))
     if args.json:
         from dataclasses import asdict
 

@@ -27,9 +27,12 @@ def prepare_batches(program: Path, landing: str, warehouse: str) -> dict:
 
 
 def apply_view(program: Path, landing: str, warehouse: str, view: str, through: int | None) -> dict:
-    """Applies the validated batches to one view and publishes its answer."""
+    """Applies the validated batches to one view and publishes its answer (a progress line
+    per batch in the task's log)."""
+    from incr.runtime.progress import as_lines
+
     pipeline = _pipeline(program, landing, warehouse)
-    metrics = pipeline.apply_view(view, through)
+    metrics = pipeline.apply_view(view, through, emit=as_lines(lambda line: print(line, flush=True)))
     answer = pipeline.views[view].answer_path
     version = pipeline.store.table(answer).version() if pipeline.store.exists(answer) else None
     return {"view": view, "through": through, "batches": [asdict(m) for m in metrics],

@@ -42,6 +42,7 @@ from incr.runtime.ledger import Batch, Ledger
 from incr.runtime.local import LocalSql
 from incr.runtime.lock import Locks
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
+from incr.runtime.progress import Emit, Progress
 from incr.runtime.rowindex import RowIndex
 from incr.runtime.store import DeltaStore, check_table_root
 
@@ -253,11 +254,12 @@ class Pipeline:
                          batch.get("path"), entry.get("at"))
 
     # -- running ---------------------------------------------------------------------------------
-    def run(self, through: int | None = None) -> RunReport:
+    def run(self, through: int | None = None, emit: Emit | None = None) -> RunReport:
         """Registers and applies every pending batch; stops at the first rejected batch.
 
         With ``through``, batches after that number wait for a later run (benchmarks and
-        the demo apply one batch at a time this way).
+        the demo apply one batch at a time this way).  ``emit``: receives a progress line
+        after each batch (:mod:`~incr.runtime.progress`).
         """
         report = RunReport(self.compiled.name)
         with self.hold_everything():
@@ -267,6 +269,10 @@ class Pipeline:
             batches = self.ledger.batches() if report.rejected is None else []
             publish_at = {name: self._publish_at(v, batches, progress, through)
                           for name, v in self.views.items()}
+            meter = _meter(emit, [b for b in batches if (through is None or b.seq <= through)
+                                  and (not progress.index_done(b) or any(
+                                      progress.views[v.plan.view] < b.seq
+                                      for v in self._consumers(b)))])
             for batch in batches:
                 if through is not None and batch.seq > through:
                     break
@@ -279,9 +285,13 @@ class Pipeline:
                 except InputError as e:
                     report.rejected, report.rejected_batch = e, batch
                     break
+                if meter is not None:
+                    meter.advance(batch.size, report.applied[-1].rows)
                 for v in consumers:
                     progress.views[v.plan.view] = batch.seq
                 report.ready_through = batch.seq
+            if meter is not None:
+                meter.finish()
             for v in self.views.values():
                 v.drop_stale_state()
         self._log(report)
@@ -314,10 +324,12 @@ class Pipeline:
         self._log(report)
         return report
 
-    def apply_view(self, view: str, through: int | None) -> list[ViewMetrics]:
+    def apply_view(self, view: str, through: int | None,
+                   emit: Emit | None = None) -> list[ViewMetrics]:
         """Airflow's per-view step: applies batches up to ``through`` (from :meth:`prepare`).
 
         Only the view's own lock is held, so the views of a program apply in parallel.
+        ``emit``: receives a progress line after each batch.
         """
         runtime = self._view_runtime(view)
         out: list[ViewMetrics] = []
@@ -327,6 +339,9 @@ class Pipeline:
             progress = self._progress()
             batches = self.ledger.batches()
             publish_at = {runtime.plan.view: self._publish_at(runtime, batches, progress, through)}
+            meter = _meter(emit, [b for b in batches if b.seq <= through
+                                  and runtime in self._consumers(b)
+                                  and progress.views[runtime.plan.view] < b.seq])
             for batch in batches:
                 if batch.seq > through:
                     break
@@ -338,6 +353,8 @@ class Pipeline:
                 loaded = self._load(batch, progress)
                 out += self._fold(batch, loaded, [runtime], publish_at)
                 progress.views[runtime.plan.view] = batch.seq
+                if meter is not None:
+                    meter.advance(batch.size, loaded.rows)
             runtime.drop_stale_state()
         return out
 
@@ -521,6 +538,13 @@ class Pipeline:
                                     "path": rejected.path} if rejected else None}
         with (self.meta / "runs.jsonl").open("a") as fh:
             fh.write(json.dumps(entry, default=str) + "\n")
+
+
+def _meter(emit: Emit | None, todo: list[Batch]) -> Progress | None:
+    """A progress meter over the batches ``todo`` (None: no one watches, or nothing to do)."""
+    if emit is None or not todo:
+        return None
+    return Progress(len(todo), sum(b.size for b in todo), emit)
 
 
 def _overflow(e: Exception) -> str | None:

@@ -61,7 +61,7 @@ def _task(program: Path, landing: Path, warehouse: Path, view: str,
 def _finish(proc: subprocess.Popen) -> dict:
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1])
+    return {**json.loads(out.strip().splitlines()[-1]), "log": out}
 
 
 def _check(program: Path, warehouse: Path, rows: list[dict], batch: int) -> None:
@@ -95,6 +95,8 @@ def test_view_tasks_run_at_once_without_spark(started):
     procs = [_task(program, landing, warehouse, view, 1) for view in prepared["views"]]
     results = [_finish(p) for p in procs]
     assert [r["batches"] for r in results] == [1, 1, 1]
+    for r in results:  # the task's log says how far it is
+        assert "progress: 1/1 batches · 2 rows" in r["log"], r["log"]
     assert not any(r["spark"] for r in results), "a small batch started Spark"
     _check(program, warehouse, rows + more, 1)
 
