@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -591,10 +592,10 @@ class IncrementalPlan:
         for s in self.stages:
             if not s.lineage or any(i.derived and i.table in seeded for i in s.inputs):
                 seeded.add(s.name)
-        parts = [{
+        parts: list[dict[str, object]] = [{
             "stage": s.name,
             "branches": [str(b) for b in s.branches],
-            "source": [s.source, [(c.name, str(c.type)) for c in s.source_columns]],
+            "source": s.source,
             "append_only": s.append_only,
             "buckets": s.buckets,
             "tables": [
@@ -608,6 +609,11 @@ class IncrementalPlan:
             "kept": [s.kept.name, s.kept.key_columns] if s.kept is not None else None,
             "rows": repr(s.answer) if s.name else None,
         } for s in self.stages]
+        # The source columns a stage reads (named anywhere in it), not all its table declares:
+        # a column added to a source leaves the state of a view that does not read it as it is.
+        for part, s in zip(parts, self.stages):
+            part["source"] = [s.source, [(c.name, str(c.type)) for c in s.source_columns
+                                         if c.name.lower() in _words(part)]]
         # A stage's state over no rows holds its derived inputs' rows over no rows (a global
         # aggregate's one row) since issue 20's fix: state built without them is rebuilt.
         for part, s in zip(parts, self.stages):
@@ -621,6 +627,15 @@ class IncrementalPlan:
     def answer_fingerprint(self) -> str:
         """Hash of the answer query (together with the state it reads)."""
         return _digest([self.state_fingerprint, repr(self.answer), self.output])
+
+
+def _words(obj: object) -> set[str]:
+    """Every identifier-like word in ``obj``'s JSON, in lower case.
+
+    A joined relation's ``<alias>__<column>`` is also split into its parts.
+    """
+    words = set(re.findall(r"\w+", json.dumps(obj, default=str).lower()))
+    return words | {piece for w in words if "__" in w for piece in w.split("__")}
 
 
 def _digest(obj: object) -> str:

@@ -28,6 +28,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,12 +98,15 @@ class LoadedBatch:
             self._df.unpersist()
 
 
-def load_batch(engines: Engines, table: TableDecl, path: Path, display: str) -> LoadedBatch:
+def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
+               absent: frozenset[str] = frozenset()) -> LoadedBatch:
     """Reads ``path`` as a batch of ``table``; ``display`` is how messages name the file.
 
     A Parquet file is also read into Arrow on the driver when :meth:`Engines.choose` says
     the driver may take it (CSV and JSON are parsed there anyway).  Spark
     (``engines.spark``) is only started if something asks for the DataFrame.
+    ``absent``: the (lower-case) columns the file may lack, NULL then: those declared after
+    it was registered (:mod:`~incr.runtime.schemas`).
 
     Raises:
         InputError: the file is unreadable, has the wrong columns, or a value of the wrong
@@ -112,6 +116,10 @@ def load_batch(engines: Engines, table: TableDecl, path: Path, display: str) -> 
     if not path.is_file():
         raise InputError("the batch file is gone (it was registered; restore it, or run "
                          "`incr skip` to drop the batch)", Location(display))
+    lacking = _lacking(table, path, fmt, absent)
+    if lacking:
+        kept = replace(table, columns=tuple(c for c in table.columns if c not in lacking))
+        return _with_nulls(load_batch(engines, kept, path, display), table)
     if fmt == "parquet":
         return _parquet(engines, table, path, display)
     data = _csv(table, path, display) if fmt == "csv" else _json(table, path, display)
@@ -121,6 +129,42 @@ def load_batch(engines: Engines, table: TableDecl, path: Path, display: str) -> 
     rows = data if data.num_rows else data.schema.empty_table()
     return LoadedBatch(lambda: _typed(engines.spark.createDataFrame(rows), table), data.num_rows,
                        data)
+
+
+def _lacking(table: TableDecl, path: Path, fmt: str, absent: frozenset[str]) -> list[Column]:
+    """The ``absent`` columns a CSV or Parquet file has no column for (a JSON line lacking a
+    key reads NULL in it anyway); none when the file cannot be read (the read says why)."""
+    if not absent or fmt == "json":
+        return []
+    try:
+        names = pq.read_schema(path).names if fmt == "parquet" else _csv_header(path, str(path))
+    except (pa.ArrowInvalid, OSError, InputError):
+        return []
+    present = {n.lower() for n in names}
+    return [c for c in table.columns if c.name.lower() in absent and c.name.lower() not in present]
+
+
+def _with_nulls(loaded: LoadedBatch, table: TableDecl) -> LoadedBatch:
+    """``loaded`` with the columns of ``table`` it lacks, all NULL, in declared order."""
+    arrow = _arrow_with_nulls(loaded.arrow, table) if loaded.arrow is not None else None
+    return LoadedBatch(lambda: _spark_with_nulls(loaded.df, table), loaded.rows, arrow)
+
+
+@per_engine("columns declared after a file, NULL", DRIVER)
+def _arrow_with_nulls(data: pa.Table, table: TableDecl) -> pa.Table:
+    columns = [data.column(c.name) if c.name in data.column_names
+               else pa.nulls(data.num_rows, arrow_type(c.type)) for c in table.columns]
+    return pa.table(columns + [data.column(ROW)],
+                    schema=_nullable_schema(table.columns).append(data.schema.field(ROW)))
+
+
+@per_engine("columns declared after a file, NULL", SPARK)
+def _spark_with_nulls(df: DataFrame, table: TableDecl) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    cols = [F.col(c.name) if c.name in df.columns else
+            F.lit(None).cast(spark_type(c.type)).alias(c.name) for c in table.columns]
+    return df.select(*cols, F.col(ROW))
 
 
 @per_engine("batch rows, types and _row", DRIVER)

@@ -126,7 +126,7 @@ class Ledger:
         new = [f for f in landed if f.relpath not in known]
         if not new:
             return []
-        start = self._next_seq()
+        start = self.next_seq()
         batches = [Batch(start + i, f.table, f.kind, f.relpath, f.size, f.mtime_ns,
                          sha256_of(landing / f.relpath)) for i, f in enumerate(new)]
         self._append([self._row(b, "register") for b in batches])
@@ -147,7 +147,7 @@ class Ledger:
         """Drops a batch for good (the caller checks nothing applied it)."""
         self._append([self._row(batch, "skip")])
 
-    def _next_seq(self) -> int:
+    def next_seq(self) -> int:
         events = self._events()
         seqs = [] if events is None else events.column("seq").to_pylist()
         return max(seqs) + 1 if seqs else 0

@@ -44,6 +44,7 @@ from incr.runtime.lock import Locks
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.progress import Emit, Progress
 from incr.runtime.rowindex import RowIndex
+from incr.runtime.schemas import SchemaLog
 from incr.runtime.store import DeltaStore, check_table_root
 
 if TYPE_CHECKING:
@@ -156,7 +157,10 @@ class Pipeline:
         names = {s.lower() for p in compiled.plans for s in p.sources}
         self.tables: dict[str, TableDecl] = {t.name: t for t in compiled.program.tables
                                              if t.name.lower() in names}
-        self.indexes = {name: RowIndex(self.store, self.meta / "rows" / name, t)
+        self.schemas = {name: SchemaLog(self.meta / "schema" / f"{name}.json", name)
+                        for name in self.tables}
+        self.indexes = {name: RowIndex(self.store, self.meta / "rows" / name, t,
+                                       self.schemas[name].added)
                         for name, t in self.tables.items() if not t.append_only}
         self._views: dict[str, ViewRuntime] | None = None
 
@@ -191,7 +195,17 @@ class Pipeline:
 
     # -- what is there ---------------------------------------------------------------------------
     def register(self) -> int:
-        """Registers newly landed files as batches; returns how many."""
+        """Registers newly landed files as batches; returns how many.
+
+        First the tables' declarations are logged (:mod:`~incr.runtime.schemas`): a column
+        added since is NULL in the files registered before it.
+
+        Raises:
+            CompileError: a declaration drops or retypes a column.
+        """
+        next_batch = self.ledger.next_seq()
+        for name, declared in self.schemas.items():
+            declared.record(self.tables[name], next_batch)
         files = discover(self.landing, self.tables)
         return len(self.ledger.register(files, self.landing))
 
@@ -452,7 +466,8 @@ class Pipeline:
                              f"so delete batches are refused; remove the option to allow "
                              f"deletions", Location(display))
         self._check_unchanged(batch, path, progress)
-        return load_batch(self.engines, self.tables[batch.table], path, display)
+        return load_batch(self.engines, self.tables[batch.table], path, display,
+                          self.schemas[batch.table].absent_at(batch.seq))
 
     def _check_unchanged(self, batch: Batch, path: Path, progress: _Progress) -> None:
         if not path.is_file():

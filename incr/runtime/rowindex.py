@@ -4,7 +4,8 @@ Deletion is only defined for rows that are live (seed Appendix A requires Î”S' â
 diminisher applied to anything else would silently corrupt every view.  View states cannot
 tell (a group's sums do not say which rows made them), so each source that takes deletions
 keeps a **row index**: a Delta table of (h1, h2, n) where (h1, h2) is a 128-bit fingerprint of
-a whole row (two salted xxhash64 chains over every column and its NULL flag) and ``n`` a signed
+a whole row (two salted xxhash64 chains over every column and its NULL flag; a column added
+to the table later, only when it is set) and ``n`` a signed
 count.  Insert batches append +count, delete batches append -count after checking that
 every deleted row has enough live copies; compaction folds the log (rows summing to 0 go).
 Small batches are fingerprinted and checked on the driver (:mod:`~incr.runtime.sparkhash`
@@ -56,10 +57,14 @@ class IndexMetrics:
 class RowIndex:
     """The row index of one source table of one program."""
 
-    def __init__(self, store: DeltaStore, path: Path, table: TableDecl):
+    def __init__(self, store: DeltaStore, path: Path, table: TableDecl,
+                 added: Callable[[], frozenset[str]] = frozenset):
+        """``added``: the (lower-case) columns declared after the table's first declaration
+        (:meth:`~incr.runtime.schemas.SchemaLog.added`), read when a row is fingerprinted."""
         self.store = store
         self.path = path
         self.table = table
+        self.added = added
 
     def through(self) -> int:
         """Last batch recorded (-1: none)."""
@@ -71,8 +76,13 @@ class RowIndex:
         from pyspark.sql import functions as F
 
         parts = []
+        added = self.added()
         for col in self.table.columns:
-            parts += [F.col(col.name).isNull(), F.col(col.name)]
+            # A NULL adds nothing to Spark's hash: a column added later counts only when set,
+            # so a row applied before it keeps its fingerprint.
+            flag = F.when(F.col(col.name).isNotNull(), F.lit(True)) if col.name.lower() in added \
+                else F.col(col.name).isNull()
+            parts += [flag, F.col(col.name)]
         return df.withColumn("h1", F.xxhash64(*parts)).withColumn(
             "h2", F.xxhash64(F.lit(_SALT), *parts))
 
@@ -81,8 +91,11 @@ class RowIndex:
         """:meth:`fingerprints` computed on the driver (h1, h2 per row), the same numbers
         (:mod:`~incr.runtime.sparkhash`); None when a column type is not reproduced."""
         parts = []
+        added = self.added()
         for col in self.table.columns:
-            parts += [data[col.name].is_null(), data[col.name]]
+            flag = pc.if_else(data[col.name].is_valid(), True, None) \
+                if col.name.lower() in added else data[col.name].is_null()
+            parts += [flag, data[col.name]]
         try:
             return pa.table({"h1": sparkhash.xxhash64(parts),
                              "h2": sparkhash.xxhash64(parts, seed=sparkhash.string_hash(_SALT))})
