@@ -105,8 +105,8 @@ def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
     A Parquet file is also read into Arrow on the driver when :meth:`Engines.choose` says
     the driver may take it (CSV and JSON are parsed there anyway).  Spark
     (``engines.spark``) is only started if something asks for the DataFrame.
-    ``absent``: the (lower-case) columns the file may lack, NULL then: those declared after
-    it was registered (:mod:`~incr.runtime.schemas`).
+    ``absent``: the (lower-case) columns declared after the file was registered
+    (:mod:`~incr.runtime.schemas`): NULL in it, as they were when it was applied.
 
     Raises:
         InputError: the file is unreadable, has the wrong columns, or a value of the wrong
@@ -116,7 +116,7 @@ def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
     if not path.is_file():
         raise InputError("the batch file is gone (it was registered; restore it, or run "
                          "`incr skip` to drop the batch)", Location(display))
-    lacking = _lacking(table, path, fmt, absent)
+    lacking = _lacking(table, absent)
     if lacking:
         kept = replace(table, columns=tuple(c for c in table.columns if c not in lacking))
         return _with_nulls(load_batch(engines, kept, path, display), table)
@@ -131,17 +131,10 @@ def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
                        data)
 
 
-def _lacking(table: TableDecl, path: Path, fmt: str, absent: frozenset[str]) -> list[Column]:
-    """The ``absent`` columns a CSV or Parquet file has no column for (a JSON line lacking a
-    key reads NULL in it anyway); none when the file cannot be read (the read says why)."""
-    if not absent or fmt == "json":
-        return []
-    try:
-        names = pq.read_schema(path).names if fmt == "parquet" else _csv_header(path, str(path))
-    except (pa.ArrowInvalid, OSError, InputError):
-        return []
-    present = {n.lower() for n in names}
-    return [c for c in table.columns if c.name.lower() in absent and c.name.lower() not in present]
+def _lacking(table: TableDecl, absent: frozenset[str]) -> list[Column]:
+    """The ``absent`` columns: NULL in this file, whether it has them or not (it was read
+    without them when it was applied, and its rows were fingerprinted so)."""
+    return [c for c in table.columns if c.name.lower() in absent]
 
 
 def _with_nulls(loaded: LoadedBatch, table: TableDecl) -> LoadedBatch:

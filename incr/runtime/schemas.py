@@ -1,8 +1,9 @@
 """Which columns a source table had when each batch landed: schema evolution.
 
 A source grows columns over the years.  Declaring a new nullable column in ``CREATE TABLE``
-is how a program takes one in; the files registered before that declaration do not have
-it, and read as NULL in it (dbt's ``on_schema_change: append_new_columns``), while every
+is how a program takes one in; the files registered before that declaration read as NULL
+in it (dbt's ``on_schema_change: append_new_columns``; a file that had the column then was
+read without it, and still is), while every
 file registered after it must have it, as it must have every other declared column (a
 file without one is still rejected: it is more often a broken export than an old one).
 
