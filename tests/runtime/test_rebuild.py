@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -231,3 +232,30 @@ def test_a_run_holding_an_old_runtime_writes_to_the_new_generation(spark, paths)
     _check(warehouse, compiled, "totals", 2)
     fingerprint = compiled.plan("totals").state_fingerprint
     assert _state_dirs(warehouse, "totals") == {f"{fingerprint}.r1"}
+
+
+def test_an_iterative_view_refreshes_to_the_answer_it_had(spark, paths):
+    """PageRank's X, ΔX and frontier live in the state generation too: a refresh replays
+    every batch into a new one (the loop included) and lands on the same ranks."""
+    from tests.runtime.test_iterate import _graph_batches, _pagerank_text
+    from tests.runtime.test_iterate import _land as land_edges
+
+    landing, warehouse = paths
+    compiled = compile_text(_pagerank_text(), path="pagerank.sql")
+    plan = compiled.plans[0]
+    for seq, (kind, rows) in enumerate(_graph_batches(np.random.default_rng(3))):
+        land_edges(landing, "edges", seq, rows, delete=kind == "delete")
+        Pipeline(compiled, landing, warehouse, spark=spark).run()
+    before, at = read_answer(warehouse, plan)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    pipeline.refresh(plan.view)
+    report = pipeline.run()
+    assert [b.views[0].answer_mode for b in report.applied] == ["building", "building", "rewrite"]
+    after, at_after = read_answer(warehouse, plan)
+    assert at_after == at
+    old = dict(zip(before["node"].to_pylist(), before["rank"].to_pylist()))
+    new = dict(zip(after["node"].to_pylist(), after["rank"].to_pylist()))
+    assert old.keys() == new.keys() and max(abs(old[k] - new[k]) for k in old) < 1e-9
+    root = warehouse / "state" / plan.view
+    assert {p.name for p in root.iterdir()} == {f"{plan.state_fingerprint}.r1"}
+    assert (root / f"{plan.state_fingerprint}.r1" / "_iterate").is_dir()
