@@ -105,13 +105,19 @@ def _both(spark) -> tuple[Engines, Engines]:
     return Engines(spark=spark), Engines(spark=spark, local_rows=0)
 
 
-def test_a_batch_reads_the_same_on_both_engines(spark, tmp_path):
+@pytest.mark.parametrize("absent", [frozenset(), frozenset({"x", "d", "m"})],
+                         ids=["declared", "declared-later"])
+def test_a_batch_reads_the_same_on_both_engines(spark, tmp_path, absent):
+    """``absent``: columns declared after the file was registered, NULL in it (the file has
+    them: they are not read)."""
     path = tmp_path / "batch.parquet"
     pq.write_table(_rows(), path)
     driver, spark_only = _both(spark)
-    on_driver = load_batch(driver, TABLE, path, str(path))
-    in_spark = load_batch(spark_only, TABLE, path, str(path))
+    on_driver = load_batch(driver, TABLE, path, str(path), absent)
+    in_spark = load_batch(spark_only, TABLE, path, str(path), absent)
     assert on_driver.arrow is not None and in_spark.arrow is None
+    for name in absent:
+        assert on_driver.arrow.column(name).null_count == on_driver.arrow.num_rows
     from_spark = in_spark.df.toArrow()
     expected = on_driver.arrow
     # One type map: Spark's types of the batch are the declared Arrow types (nullability aside).
@@ -139,13 +145,17 @@ def test_not_null_is_refused_alike_on_both_engines(spark, tmp_path):
     assert "row 18, column b: NULL in a NOT NULL column" in messages[0]
 
 
-def test_row_index_is_the_same_from_both_engines(spark, tmp_path):
+@pytest.mark.parametrize("added", [frozenset(), frozenset({"s", "x", "m"})],
+                         ids=["first", "added-later"])
+def test_row_index_is_the_same_from_both_engines(spark, tmp_path, added):
+    """``added``: columns declared after the table's first declaration, which count in a
+    fingerprint only when set (``s`` and ``m`` hold NULLs)."""
     path = tmp_path / "batch.parquet"
     pq.write_table(_rows(), path)
     tables = []
     for name, engines in zip(("driver", "spark"), _both(spark)):
         store = DeltaStore()
-        index = RowIndex(store, tmp_path / name, TABLE)
+        index = RowIndex(store, tmp_path / name, TABLE, lambda: added)
         loaded = load_batch(engines, TABLE, path, str(path))
         index.record_inserts(engines, lambda loaded=loaded: loaded.df, 0, loaded.arrow)
         tables.append(store.read(tmp_path / name).sort_by([("h1", "ascending"), ("h2", "ascending")]))
