@@ -222,6 +222,10 @@ class Pipeline:
         return [v for v in self.views.values()
                 if batch.table.lower() in {s.lower() for s in v.plan.sources}]
 
+    def _behind(self, batch: Batch, progress: _Progress) -> list[ViewRuntime]:
+        """The views that read ``batch`` and have not applied it yet."""
+        return [v for v in self._consumers(batch) if progress.views[v.plan.view] < batch.seq]
+
     def _progress(self) -> _Progress:
         return _Progress({n: v.through() for n, v in self.views.items()},
                          {t: i.through() for t, i in self.indexes.items()})
@@ -284,14 +288,11 @@ class Pipeline:
             publish_at = {name: self._publish_at(v, batches, progress, through)
                           for name, v in self.views.items()}
             meter = _meter(emit, [b for b in batches if (through is None or b.seq <= through)
-                                  and (not progress.index_done(b) or any(
-                                      progress.views[v.plan.view] < b.seq
-                                      for v in self._consumers(b)))])
+                                  and (not progress.index_done(b) or self._behind(b, progress))])
             for batch in batches:
                 if through is not None and batch.seq > through:
                     break
-                consumers = [v for v in self._consumers(batch)
-                             if progress.views[v.plan.view] < batch.seq]
+                consumers = self._behind(batch, progress)
                 if progress.index_done(batch) and not consumers:
                     continue
                 try:
@@ -322,8 +323,7 @@ class Pipeline:
             report.registered = self._register_or_reject(report)
             progress = self._progress()
             for batch in self.ledger.batches() if report.rejected is None else []:
-                behind = any(progress.views[v.plan.view] < batch.seq for v in self._consumers(batch))
-                if behind or not progress.index_done(batch):
+                if self._behind(batch, progress) or not progress.index_done(batch):
                     try:
                         t0 = time.perf_counter()
                         loaded = self._load(batch, progress)
@@ -354,8 +354,7 @@ class Pipeline:
             batches = self.ledger.batches()
             publish_at = {runtime.plan.view: self._publish_at(runtime, batches, progress, through)}
             meter = _meter(emit, [b for b in batches if b.seq <= through
-                                  and runtime in self._consumers(b)
-                                  and progress.views[runtime.plan.view] < b.seq])
+                                  and runtime in self._behind(b, progress)])
             for batch in batches:
                 if batch.seq > through:
                     break
@@ -385,10 +384,8 @@ class Pipeline:
                     through: int | None) -> int:
         """The first batch of this run whose answer ``view`` publishes (see
         :meth:`ViewRuntime.publish_at`): while it rebuilds, the last one it will apply."""
-        done = progress.views[view.plan.view]
-        return view.publish_at([b.seq for b in batches
-                                if done < b.seq and (through is None or b.seq <= through)
-                                and view in self._consumers(b)])
+        return view.publish_at([b.seq for b in batches if (through is None or b.seq <= through)
+                                and view in self._behind(b, progress)])
 
     def skip(self, seq: int) -> Batch:
         """Drops a batch no table has applied (e.g. a bad file the producer will resend)."""
