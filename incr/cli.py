@@ -139,6 +139,29 @@ def _parser() -> argparse.ArgumentParser:
     progress_arg(sp)
     sp.set_defaults(func=cmd_refresh)
 
+    sp = sub.add_parser("backfill", help="build or rebuild views from the ledger's files (or a "
+                                         "history folder): large Parquet files in slices sized to "
+                                         "Spark's memory, resumable, with progress")
+    program_arg(sp)
+    paths(sp)
+    sp.add_argument("--view", action="append", default=None,
+                    help="only this view (repeatable; default: every view); the others catch "
+                         "up in a later run")
+    sp.add_argument("--folder", type=Path, default=None,
+                    help="register the files of this folder first, laid out like the landing "
+                         "folder (<table>/..., <table>/_deletes/...), and read them there")
+    sp.add_argument("--from", dest="start", type=int, default=None,
+                    help="the first batch to apply: an error if a view has not applied the "
+                         "batches before it")
+    sp.add_argument("--to", dest="through", type=int, default=None,
+                    help="the last batch to apply (a later backfill or run goes on)")
+    sp.add_argument("--rebuild", action="store_true",
+                    help="rebuild the views' state from batch 0 beside the current one, which is "
+                         "served until the new answer takes over (as `incr refresh`)")
+    sp.add_argument("--json", action="store_true", help="print the run report as JSON")
+    progress_arg(sp)
+    sp.set_defaults(func=cmd_backfill)
+
     sp = sub.add_parser("skip", help="drop a registered batch that no table applied (e.g. a "
                                      "rejected file that will be re-sent under a new name)")
     program_arg(sp)
@@ -184,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("bench", help="time incremental batches against full recompute, the "
                                       "Structured Streaming peer and the floor (seed paper §11)")
     sp.add_argument("name", help="groupby, joingroupby, groupby-deletes, joingroupby-deletes, "
-                                 "kmeans, pagerank or pagerank-deletes")
+                                 "kmeans, pagerank, pagerank-deletes or backfill")
     sp.add_argument("--out", default="bench-out",
                     help="folder for NAME.csv, NAME.png, NAME-profile.csv, NAME.json (and the "
                          "work data while running)")
@@ -227,6 +250,13 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-recompute", action="store_true",
                     help="kmeans, pagerank: skip the from-scratch run per batch (and its "
                          "accuracy columns)")
+    sp.add_argument("--gb", type=float, default=6.0,
+                    help="backfill: GB of Parquet to generate and backfill (default 6)")
+    sp.add_argument("--driver-memory", default="1g",
+                    help="backfill: spark.driver.memory of the backfill (default 1g)")
+    sp.add_argument("--kill-after", type=int, default=5,
+                    help="backfill: SIGKILL the backfill once this many slices are applied, "
+                         "then start it again (0: no kill)")
     sp.set_defaults(func=cmd_bench)
 
     sp = sub.add_parser("demo", help="generate the sample stream and run it through the Airflow DAG")
@@ -280,11 +310,27 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     from incr.compiler import compile_program
     from incr.runtime.pipeline import Pipeline
-    from incr.runtime.report import describe_run
 
     compiled = compile_program(args.program)
     pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
-    report = pipeline.run(emit=_progress(args.progress))
+    return _reported(args, pipeline.run(emit=_progress(args.progress)))
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from incr.compiler import compile_program
+    from incr.runtime.pipeline import Pipeline
+
+    compiled = compile_program(args.program)
+    pipeline = Pipeline(compiled, _need(args.landing, "--landing"), _need(args.warehouse, "--warehouse"))
+    report = pipeline.backfill(args.view, args.folder, args.start, args.through, args.rebuild,
+                               emit=_progress(args.progress))
+    return _reported(args, report)
+
+
+def _reported(args: argparse.Namespace, report) -> int:
+    """Prints a run's report (``--json``: as JSON) and returns the exit code."""
+    from incr.runtime.report import describe_run
+
     if args.json:
         from dataclasses import asdict
 
@@ -505,6 +551,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from incr.bench import DEFAULT_SIZES, run_bench
     from incr.bench.iterative import is_iterative, run_iterative
 
+    if args.name == "backfill":
+        from incr.bench.backfill import run_backfill_bench
+
+        return run_backfill_bench(Path(args.out), args.gb, args.driver_memory,
+                                  args.kill_after or None, keep_work=args.keep_work,
+                                  append_only=args.append_only)
     if is_iterative(args.name):
         return run_iterative(args.name, Path(args.out), args.initial_rows,
                              args.sizes or ((args.increment,) if args.increment else None),

@@ -18,6 +18,8 @@ the environment.
 | INCR_ANSWER_DELETION_VECTORS | 1    | 0: a per-group answer's MERGE rewrites every file it touches      |
 | INCR_STATE_DELETION_VECTORS | 1     | 0: a state MERGE rewrites every file it touches (copy on write)   |
 | INCR_STATE_VECTOR_ROWS  | 1000000   | ... which it does anyway for a state table of at most this many rows |
+| INCR_SLICE_BYTES        | 0         | a Parquet insert file larger than this (uncompressed) applies in  |
+|                         |           | slices of row groups, a batch each (0: a quarter of Spark's memory) |
 | INCR_SPARK_MASTER       | local[2]  | Spark master URL                                                  |
 | INCR_SPARK_CONF         | (none)    | extra Spark settings, ``key=value,key=value``                     |
 | INCR_LOCK_WAIT_S        | 30        | seconds a task waits for a short shared lock (the ledger's)       |
@@ -90,6 +92,7 @@ class Settings:
     state_deletion_vectors: bool = field(default=True,
                                          metadata={"env": "INCR_STATE_DELETION_VECTORS"})
     state_vector_rows: int = field(default=1_000_000, metadata={"env": "INCR_STATE_VECTOR_ROWS"})
+    slice_bytes: int = field(default=0, metadata={"env": "INCR_SLICE_BYTES"})
     spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})
     lock_wait_s: float = field(default=30.0, metadata={"env": "INCR_LOCK_WAIT_S"})

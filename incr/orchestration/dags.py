@@ -20,6 +20,14 @@ in Airflow's triggerer.  The program's ``-- incr: schedule = ...`` header, if an
 backstop beside the watcher.  ``-- incr: on_failure = package.module:function`` names a hook
 called (with Airflow's task context) when a task of the program fails for good.
 
+A second DAG per program, ``incr_<program>_backfill``, is triggered by hand (its params say
+what to do: views, a history folder, a batch range, a full rebuild); its one task runs
+``incr backfill`` and prints a progress line per batch, large files going a slice at a time.
+While it runs it holds the program's locks: a scheduled run starting then fails fast, naming
+the backfill's process, and is retried; files landed meanwhile wait for the next run.  The
+scheduled DAG's ``refresh`` param names views to rebuild from batch 0 (a full refresh,
+:meth:`Pipeline.refresh`) at the start of that run.
+
 Every task is idempotent (each Delta commit carries its batch number), so Airflow retries
 are safe.  This module imports only Airflow's SDK and the standard library: the DAG
 processor parses it often, and Spark, Delta and the compiler load inside the tasks.
@@ -119,7 +127,11 @@ def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
          catchup=False, max_active_runs=1, tags=["incr"],
          doc_md=f"Maintains the views of `{program.name}` incrementally (incr).",
          params={"landing": Param(landing, type="string"),
-                 "warehouse": Param(warehouse, type="string")},
+                 "warehouse": Param(warehouse, type="string"),
+                 "refresh": Param([], type="array", items={"type": "string"},
+                                  description="views to rebuild from batch 0 in this run "
+                                              "(a full refresh; the old answer is served "
+                                              "until the new one has caught up)")},
          default_args={"retries": config.retries,
                        "retry_delay": dt.timedelta(seconds=config.retry_delay_s),
                        "on_failure_callback": hook})
@@ -128,7 +140,8 @@ def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
         def prepare(params: dict | None = None) -> dict:
             from incr.orchestration.tasks import prepare_batches
 
-            return prepare_batches(program, params["landing"], params["warehouse"])
+            return prepare_batches(program, params["landing"], params["warehouse"],
+                                   refresh=params.get("refresh") or ())
 
         def apply_task(view: str):
             published = answer_asset(warehouse, view)
@@ -173,6 +186,47 @@ def program_dag(program: Path, landing: str, warehouse: str) -> DAG:
     return maintain()
 
 
+def backfill_dag(program: Path, landing: str, warehouse: str) -> DAG:
+    """The DAG that backfills one program's views, triggered by hand with its params."""
+    name = program.stem
+    text = program.read_text(encoding="utf-8")
+    hook = functools.partial(on_failure, hook=header_option(text, "on_failure"))
+    config = settings()
+
+    @dag(dag_id=f"incr_{name}_backfill", schedule=None, start_date=dt.datetime(2026, 1, 1),
+         catchup=False, max_active_runs=1, tags=["incr", "backfill"],
+         doc_md=f"Backfills the views of `{program.name}` (incr backfill): large Parquet files "
+                f"in slices sized to Spark's memory; resumable (a retry goes on from the last "
+                f"slice committed).",
+         params={"landing": Param(landing, type="string"),
+                 "warehouse": Param(warehouse, type="string"),
+                 "views": Param([], type="array", items={"type": "string"},
+                                description="views to backfill (empty: every view)"),
+                 "folder": Param("", type="string",
+                                 description="a history folder laid out like the landing one, "
+                                             "registered first and read in place"),
+                 "from_batch": Param(None, type=["null", "integer"],
+                                     description="first batch meant to apply"),
+                 "to_batch": Param(None, type=["null", "integer"],
+                                   description="last batch to apply"),
+                 "rebuild": Param(False, type="boolean",
+                                  description="rebuild the views from batch 0 beside the "
+                                              "served ones (full refresh)")},
+         default_args={"retries": config.retries,
+                       "retry_delay": dt.timedelta(seconds=config.retry_delay_s),
+                       "on_failure_callback": hook})
+    def run_backfill():
+        @task
+        def backfill(params: dict | None = None) -> dict:
+            from incr.orchestration.tasks import backfill as run
+
+            return run(program, params)
+
+        backfill()
+
+    return run_backfill()
+
+
 def default_paths(sql_dir: Path) -> tuple[str, str]:
     """Landing and warehouse: ``$INCR_LANDING`` / ``$INCR_WAREHOUSE``, else ``data/`` beside ``sql_dir``."""
     base = sql_dir.resolve().parent / "data"
@@ -191,6 +245,7 @@ def program_dags(sql_dir: Path, landing: str | None = None, warehouse: str | Non
     warehouse = warehouse or default_warehouse
     out: dict[str, DAG] = {}
     for program in sorted(sql_dir.rglob("*.sql")):
-        d = program_dag(program, landing, warehouse)
-        out[d.dag_id] = d
+        for d in (program_dag(program, landing, warehouse),
+                  backfill_dag(program, landing, warehouse)):
+            out[d.dag_id] = d
     return out

@@ -13,9 +13,13 @@ def _pipeline(program: Path, landing: str, warehouse: str):
     return Pipeline(compile_program(program), landing, warehouse)
 
 
-def prepare_batches(program: Path, landing: str, warehouse: str) -> dict:
-    """Registers and validates pending batches; returns how far views may go."""
+def prepare_batches(program: Path, landing: str, warehouse: str,
+                    refresh: tuple[str, ...] | list[str] = ()) -> dict:
+    """Starts the full refreshes asked for (``refresh``: views), then registers and
+    validates pending batches; returns how far views may go."""
     pipeline = _pipeline(program, landing, warehouse)
+    for view in refresh:
+        print(f"view {view}: rebuilding its state in {pipeline.refresh(view)}", flush=True)
     report = pipeline.prepare()
     return {
         "ready_through": report.ready_through,
@@ -37,6 +41,30 @@ def apply_view(program: Path, landing: str, warehouse: str, view: str, through: 
     version = pipeline.store.table(answer).version() if pipeline.store.exists(answer) else None
     return {"view": view, "through": through, "batches": [asdict(m) for m in metrics],
             "answer_version": version}
+
+
+def backfill(program: Path, params: dict) -> dict:
+    """The backfill DAG's task: ``incr backfill`` with the run's params, a progress line
+    per batch in the task's log.
+
+    Raises:
+        AirflowFailException: a batch was rejected (retrying would not help until the file
+            is fixed or skipped).
+    """
+    from incr.runtime.progress import as_lines
+
+    pipeline = _pipeline(program, params["landing"], params["warehouse"])
+    folder = params.get("folder") or None
+    report = pipeline.backfill(params.get("views") or None, Path(folder) if folder else None,
+                               params.get("from_batch"), params.get("to_batch"),
+                               bool(params.get("rebuild")),
+                               emit=as_lines(lambda line: print(line, flush=True)))
+    if report.rejected is not None:
+        from airflow.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"batch rejected, later batches wait: {report.rejected}")
+    return {"registered": report.registered, "applied": [b.seq for b in report.applied],
+            "rows": sum(b.rows for b in report.applied), "ready_through": report.ready_through}
 
 
 def finish_run(rejected: str | None, results: list[dict | None]) -> dict:

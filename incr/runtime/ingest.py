@@ -18,6 +18,11 @@ file, or of another type, rejects the batch: it would change the answers.
   column may be narrower than declared (INTEGER into BIGINT, FLOAT into DOUBLE).
 
 Every DataFrame carries ``_row``, the 1-based data row, so later checks can point at rows.
+
+A slice of a large Parquet file (:mod:`~incr.runtime.slicing`) is read alone: on the driver
+its row groups are read directly; for Spark they are copied (streamed, a few record batches
+at a time) into a scratch file Spark reads, since Spark cannot be told to read some row
+groups of a file.  Its ``_row`` numbers are the file's, so messages point into the file.
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ import csv
 import datetime as dt
 import json
 import logging
+import os
 import re
+import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
@@ -43,6 +51,8 @@ from incr.compiler.types import SqlType
 from incr.errors import InputError, Location
 from incr.runtime.engine import DRIVER, SPARK, per_engine
 from incr.runtime.landing import file_format
+from incr.runtime.lock import alive
+from incr.runtime.slicing import Part
 from incr.runtime.types import arrow_type, spark_type
 
 if TYPE_CHECKING:
@@ -70,12 +80,15 @@ class LoadedBatch:
     """
 
     def __init__(self, df: DataFrame | Callable[[], DataFrame], rows: int,
-                 arrow: pa.Table | None = None):
+                 arrow: pa.Table | None = None, scratch: list[Path] | None = None):
         self._df = df if not callable(df) else None
         self._make = df if callable(df) else None
         self.rows = rows
         self.arrow = arrow
         self._cache = False
+        #: Files written for Spark to read this batch from (a slice's row groups), removed
+        #: by :meth:`release`.
+        self.scratch = scratch if scratch is not None else []
 
     @property
     def df(self) -> DataFrame:
@@ -97,10 +110,22 @@ class LoadedBatch:
         if self._df is not None and self._cache:
             self._df.unpersist()
 
+    def release(self) -> None:
+        """Done with the batch: drops its cached DataFrame and its scratch files."""
+        self.unpersist()
+        for path in self.scratch:
+            path.unlink(missing_ok=True)
+        self.scratch.clear()
+
 
 def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
-               absent: frozenset[str] = frozenset()) -> LoadedBatch:
+               absent: frozenset[str] = frozenset(), part: Part | None = None,
+               scratch: Path | None = None) -> LoadedBatch:
     """Reads ``path`` as a batch of ``table``; ``display`` is how messages name the file.
+
+    ``part``: only these row groups of a Parquet file (a slice); Spark reads them from a
+    copy written under the folder ``scratch`` (default: the system's temporary folder; on a
+    cluster it must be one the executors see), which :meth:`LoadedBatch.release` removes.
 
     A Parquet file is also read into Arrow on the driver when :meth:`Engines.choose` says
     the driver may take it (CSV and JSON are parsed there anyway).  Spark
@@ -119,9 +144,11 @@ def load_batch(engines: Engines, table: TableDecl, path: Path, display: str,
     lacking = _lacking(table, absent)
     if lacking:
         kept = replace(table, columns=tuple(c for c in table.columns if c not in lacking))
-        return _with_nulls(load_batch(engines, kept, path, display), table)
+        return _with_nulls(load_batch(engines, kept, path, display, part=part, scratch=scratch),
+                           table)
     if fmt == "parquet":
-        return _parquet(engines, table, path, display)
+        return _parquet(engines, table, path, display, part,
+                        scratch or Path(tempfile.gettempdir()) / "incr-slices")
     data = _csv(table, path, display) if fmt == "csv" else _json(table, path, display)
     _check_not_null(table, data, display)
     data = _numbered(data)
@@ -140,7 +167,8 @@ def _lacking(table: TableDecl, absent: frozenset[str]) -> list[Column]:
 def _with_nulls(loaded: LoadedBatch, table: TableDecl) -> LoadedBatch:
     """``loaded`` with the columns of ``table`` it lacks, all NULL, in declared order."""
     arrow = _arrow_with_nulls(loaded.arrow, table) if loaded.arrow is not None else None
-    return LoadedBatch(lambda: _spark_with_nulls(loaded.df, table), loaded.rows, arrow)
+    return LoadedBatch(lambda: _spark_with_nulls(loaded.df, table), loaded.rows, arrow,
+                       loaded.scratch)
 
 
 @per_engine("columns declared after a file, NULL", DRIVER)
@@ -161,9 +189,11 @@ def _spark_with_nulls(df: DataFrame, table: TableDecl) -> DataFrame:
 
 
 @per_engine("batch rows, types and _row", DRIVER)
-def _numbered(data: pa.Table) -> pa.Table:
-    """The rows with ``_row``, the 1-based data row (the declared Arrow types are the parse's)."""
-    return data.append_column(ROW, pa.array(range(1, data.num_rows + 1), pa.int64()))
+def _numbered(data: pa.Table, before: int = 0) -> pa.Table:
+    """The rows with ``_row``, the 1-based data row, after ``before`` rows of the file (the
+    declared Arrow types are the parse's)."""
+    return data.append_column(ROW, pa.array(range(before + 1, before + data.num_rows + 1),
+                                            pa.int64()))
 
 
 @per_engine("batch rows, types and _row", SPARK)
@@ -356,7 +386,8 @@ def _json_value(value: Any, t: SqlType) -> Any:
 
 
 # -- Parquet -----------------------------------------------------------------------------------
-def _parquet(engines: Engines, table: TableDecl, path: Path, display: str) -> LoadedBatch:
+def _parquet(engines: Engines, table: TableDecl, path: Path, display: str,
+             part: Part | None, scratch: Path) -> LoadedBatch:
     try:
         meta = pq.ParquetFile(path).metadata
         schema = pq.read_schema(path)
@@ -368,27 +399,91 @@ def _parquet(engines: Engines, table: TableDecl, path: Path, display: str) -> Lo
         if not _parquet_fits(file_type, col.type):
             raise InputError(f"column {col.name} is {file_type} in the file but declared {col.type}",
                              Location(display))
+    groups = part.groups() if part is not None else None
+    before = sum(meta.row_group(g).num_rows for g in range(part.first)) if part else 0
+    rows = part.rows if part is not None else meta.num_rows
+    if part is not None:
+        # The whole file's NULLs, from its footer: a slice of a file with a NULL in a NOT
+        # NULL column is rejected at its first slice, before any of the file is applied.
+        _footer_check_not_null(table, path, meta, by_name, display)
+    scratch_files: list[Path] = []
 
     def make_df() -> DataFrame:
-        return _spark_parquet(engines, table, path, schema, by_name)
+        source = path
+        if groups is not None:
+            source = _copy_row_groups(path, groups, [by_name[c.name] for c in table.columns],
+                                      scratch)
+            scratch_files.append(source)
+        return _spark_parquet(engines, table, source, schema, by_name, before)
 
-    on_driver = engines.choose("read", display, rows=meta.num_rows) == DRIVER
-    data = _parquet_arrow(table, path, by_name) if on_driver else None
+    on_driver = engines.choose("read", display, rows=rows) == DRIVER
+    data = _parquet_arrow(table, path, by_name, groups) if on_driver else None
     if on_driver and data is None:
         engines.fell_back("read", display, "a column needs Spark's conversion (e.g. nanosecond "
                                            "timestamps)")
     if data is not None:
-        _check_not_null(table, data, display)
-        return LoadedBatch(make_df, meta.num_rows, _numbered(data))
+        _check_not_null(table, data, display, before)
+        return LoadedBatch(make_df, rows, _numbered(data, before), scratch_files)
     df = make_df()
     _spark_check_not_null(table, df, display)
-    return LoadedBatch(df, meta.num_rows)
+    return LoadedBatch(df, rows, scratch=scratch_files)
+
+
+def _copy_row_groups(path: Path, groups: list[int], columns: list[str], folder: Path) -> Path:
+    """The row groups ``groups`` of ``path`` (its ``columns``) as a Parquet file of their own
+    in ``folder``, streamed a record batch at a time (the driver never holds a row group)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    # Not named with a leading '_' or '.': Spark skips such files even when named directly.
+    target = folder / f"slice-{os.getpid()}-{uuid.uuid4().hex[:12]}.parquet"
+    source = pq.ParquetFile(path)
+    schema = source.schema_arrow
+    schema = pa.schema([schema.field(c) for c in columns])
+    with pq.ParquetWriter(target, schema) as writer:
+        for group in groups:  # one at a time: asked for several, pyarrow reads them all first
+            for batch in source.iter_batches(batch_size=1 << 16, row_groups=[group],
+                                             columns=columns):
+                writer.write_batch(batch)
+    return target
+
+
+def sweep_slices(folder: Path) -> int:
+    """Removes the slice copies in ``folder`` left by processes that died (killed mid-batch:
+    no :meth:`LoadedBatch.release` ran); returns how many."""
+    removed = 0
+    for path in folder.glob("slice-*.parquet") if folder.is_dir() else ():
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and not alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _footer_check_not_null(table: TableDecl, path: Path, meta: pq.FileMetaData,
+                           by_name: dict[str, str], display: str) -> None:
+    """Rejects a file with a NULL in a NOT NULL column, found by the footer's per-row-group
+    NULL counts (a row group without them is read), naming the file's row."""
+    index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    before = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for col in table.columns:
+            if not col.not_null:
+                continue
+            stats = group.column(index[by_name[col.name]]).statistics
+            if stats is not None and stats.has_null_count and stats.null_count == 0:
+                continue
+            values = pq.ParquetFile(path).read_row_group(g, columns=[by_name[col.name]]).column(0)
+            if values.null_count:
+                row = pc.index(pc.is_null(values), True).as_py()
+                raise _not_null_error(before + row + 1, col.name, display)
+        before += group.num_rows
 
 
 @per_engine("batch rows, types and _row", SPARK)
 def _spark_parquet(engines: Engines, table: TableDecl, path: Path, schema: pa.Schema,
-                   by_name: dict[str, str]) -> DataFrame:
-    """The Parquet file's declared columns cast to their Spark types, with ``_row``."""
+                   by_name: dict[str, str], before: int = 0) -> DataFrame:
+    """The Parquet file's declared columns cast to their Spark types, with ``_row`` (after
+    ``before`` rows: a slice's copy counts from the file's row)."""
     from pyspark.sql import functions as F
 
     from incr.runtime.session import literal_path
@@ -400,7 +495,7 @@ def _spark_parquet(engines: Engines, table: TableDecl, path: Path, schema: pa.Sc
     cols = [F.col(f"`{by_name[c.name]}`").cast(spark_type(c.type)).alias(c.name)
             for c in table.columns]
     return reader.parquet(literal_path(str(path))).select(
-        *cols, (F.col("_metadata.row_index") + 1).alias(ROW))
+        *cols, (F.col("_metadata.row_index") + 1 + before).alias(ROW))
 
 
 @per_engine("NOT NULL check", SPARK)
@@ -419,10 +514,14 @@ def _spark_check_not_null(table: TableDecl, df: DataFrame, display: str) -> None
         raise _not_null_error(bad[0][ROW], next(n for n in required if bad[0][n] is None), display)
 
 
-def _parquet_arrow(table: TableDecl, path: Path, by_name: dict[str, str]) -> pa.Table | None:
-    """The file's declared columns as Arrow, or None when a value would need Spark's
-    conversion (e.g. nanosecond timestamps, which Spark truncates and a safe cast refuses)."""
-    data = pq.read_table(path, columns=[by_name[c.name] for c in table.columns])
+def _parquet_arrow(table: TableDecl, path: Path, by_name: dict[str, str],
+                   groups: list[int] | None = None) -> pa.Table | None:
+    """The file's declared columns (of row groups ``groups``: all when None) as Arrow, or
+    None when a value would need Spark's conversion (e.g. nanosecond timestamps, which
+    Spark truncates and a safe cast refuses)."""
+    columns = [by_name[c.name] for c in table.columns]
+    data = pq.read_table(path, columns=columns) if groups is None else \
+        pq.ParquetFile(path).read_row_groups(groups, columns=columns)
     try:
         return data.rename_columns([c.name for c in table.columns]).cast(
             _nullable_schema(table.columns))
@@ -511,14 +610,15 @@ def _ignored(table: TableDecl, display: str, extra: list[str]) -> None:
 
 
 @per_engine("NOT NULL check", DRIVER)
-def _check_not_null(table: TableDecl, data: pa.Table, display: str) -> None:
-    """The first row with a NULL in a NOT NULL column (and its first such column) is an error."""
+def _check_not_null(table: TableDecl, data: pa.Table, display: str, before: int = 0) -> None:
+    """The first row with a NULL in a NOT NULL column (and its first such column) is an error
+    (``before``: rows of the file before ``data``'s first)."""
     firsts = [(pc.index(pc.is_null(data.column(col.name)), True).as_py(), n, col.name)
               for n, col in enumerate(table.columns)
               if col.not_null and data.column(col.name).null_count]
     if firsts:
         row, _, name = min(firsts)
-        raise _not_null_error(row + 1, name, display)
+        raise _not_null_error(before + row + 1, name, display)
 
 
 def _not_null_error(row: int, column: str, display: str) -> InputError:

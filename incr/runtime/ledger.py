@@ -11,6 +11,11 @@ batch instead of renumbering history.  The ledger is an append-only Delta table 
 * ``archive``: an applied batch's file was moved out of the landing folder (``incr
   archive``); the event's ``path`` is where it is now, and rebuilds read it there.
 
+A large Parquet file is registered as several batches, one per slice of its row groups
+(:mod:`~incr.runtime.slicing`): the slice is in the ``first_group``/``groups`` columns (NULL:
+the whole file).  A file registered from a folder outside the landing area (``incr backfill
+--folder``) has its absolute path as ``path``.
+
 Whether a batch is applied is not recorded here: each Delta table records the batches it
 committed (see :mod:`incr.runtime.store`), which is what makes application exactly-once.
 """
@@ -18,6 +23,7 @@ committed (see :mod:`incr.runtime.store`), which is what makes application exact
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,13 +32,20 @@ import pyarrow.compute as pc
 
 from incr.config import LEDGER_COMPACT_FILES
 from incr.runtime.landing import LandedFile, sha256_of
+from incr.runtime.slicing import Part
 from incr.runtime.store import DeltaStore
 
 _SCHEMA = pa.schema([
     ("seq", pa.int64()), ("event", pa.string()), ("table", pa.string()), ("kind", pa.string()),
     ("path", pa.string()), ("size", pa.int64()), ("mtime_ns", pa.int64()),
     ("sha256", pa.string()), ("at", pa.string()),
+    # A slice of a large file (NULL: the whole file), added to ledgers written before slicing.
+    ("first_group", pa.int64()), ("groups", pa.int64()), ("file_groups", pa.int64()),
+    ("part_rows", pa.int64()), ("part_bytes", pa.int64()),
 ])
+_PART_COLUMNS = ("first_group", "groups", "file_groups", "part_rows", "part_bytes")
+#: Splits a landed file into the slices it is applied in ([]: whole).
+Split = Callable[[Path, LandedFile], list[Part]]
 
 
 @dataclass(frozen=True)
@@ -47,9 +60,15 @@ class Batch:
     mtime_ns: int
     sha256: str
     archived: str | None = None  # where the file was moved by ``incr archive``
+    part: Part | None = None  # the slice of the file this batch applies (None: all of it)
 
     def __str__(self) -> str:
-        return f"batch {self.seq} ({self.path})"
+        return f"batch {self.seq} ({self.path}{f', {self.part}' if self.part else ''})"
+
+    @property
+    def bytes(self) -> int:
+        """Bytes this batch reads: its slice's, or the file's."""
+        return self.part.bytes if self.part is not None else self.size
 
     def source(self, landing: Path) -> Path:
         """Where the batch's file is read: its archive once archived (unless it is still in
@@ -101,8 +120,11 @@ class Ledger:
         for row in ordered.to_pylist():
             seq = row["seq"]
             if row["event"] == "register":
+                part = None if row.get("first_group") is None else Part(
+                    row["first_group"], row["groups"], row["file_groups"], row["part_rows"],
+                    row["part_bytes"])
                 live[seq] = Batch(seq, row["table"], row["kind"], row["path"], row["size"],
-                                  row["mtime_ns"], row["sha256"])
+                                  row["mtime_ns"], row["sha256"], part=part)
             elif row["event"] == "refresh" and seq in live:
                 live[seq] = replace(live[seq], size=row["size"], mtime_ns=row["mtime_ns"],
                                     sha256=row["sha256"])
@@ -120,16 +142,38 @@ class Ledger:
         registered = events.filter(pc.equal(events["event"], "register"))
         return set(registered.column("path").to_pylist())
 
-    def register(self, landed: list[LandedFile], landing: Path) -> list[Batch]:
-        """Registers files not seen before, numbering them after the existing batches."""
+    def register(self, landed: list[LandedFile], landing: Path,
+                 split: Split | None = None) -> list[Batch]:
+        """Registers files not seen before, numbering them after the existing batches;
+        ``split`` cuts a large file into slices, a batch each."""
         known = self.all_paths()
         new = [f for f in landed if f.relpath not in known]
         if not new:
             return []
-        start = self.next_seq()
-        batches = [Batch(start + i, f.table, f.kind, f.relpath, f.size, f.mtime_ns,
-                         sha256_of(landing / f.relpath)) for i, f in enumerate(new)]
+        batches = self._numbered(new, landing, split, self.next_seq())
         self._append([self._row(b, "register") for b in batches])
+        return batches
+
+    def register_again(self, slices: list[Batch], landed: LandedFile, landing: Path,
+                       split: Split) -> list[Batch]:
+        """Registers a sliced file anew after it changed before any table applied it (its
+        row groups, so its slices, may differ): the old slices are skipped and the new ones
+        numbered after every batch, in one commit."""
+        batches = self._numbered([landed], landing, split, self.next_seq())
+        self._append([self._row(b, "skip") for b in slices] +
+                     [self._row(b, "register") for b in batches])
+        return batches
+
+    @staticmethod
+    def _numbered(files: list[LandedFile], landing: Path, split: Split | None,
+                  start: int) -> list[Batch]:
+        batches: list[Batch] = []
+        for f in files:
+            path = landing / f.relpath
+            digest = sha256_of(path)
+            for part in (split(path, f) if split else []) or [None]:
+                batches.append(Batch(start + len(batches), f.table, f.kind, f.relpath, f.size,
+                                     f.mtime_ns, digest, part=part))
         return batches
 
     def refresh(self, batch: Batch, size: int, mtime_ns: int, sha256: str) -> Batch:
@@ -153,11 +197,19 @@ class Ledger:
         return max(seqs) + 1 if seqs else 0
 
     def _row(self, b: Batch, event: str) -> dict:
+        part = b.part if event == "register" else None
         return {"seq": b.seq, "event": event, "table": b.table, "kind": b.kind, "path": b.path,
                 "size": b.size, "mtime_ns": b.mtime_ns, "sha256": b.sha256,
-                "at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")}
+                "at": dt.datetime.now(dt.UTC).isoformat(timespec="microseconds"),
+                **dict(zip(_PART_COLUMNS, (part.first, part.count, part.of, part.rows, part.bytes)
+                           if part else (None,) * len(_PART_COLUMNS), strict=True))}
 
     def _append(self, rows: list[dict]) -> None:
+        # A ledger written before slicing lacks the slice columns: they are added (NULL in
+        # its rows: whole files).
+        older = self.store.exists(self.path) and \
+            not set(_PART_COLUMNS) <= set(self.store.schema(self.path).names)
         self.store.write(self.path, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="append",
-                         batch=None, description="incr batch ledger (append-only event log)")
+                         batch=None, description="incr batch ledger (append-only event log)",
+                         add_columns=older)
         self.store.compact(self.path, ("seq",), LEDGER_COMPACT_FILES)

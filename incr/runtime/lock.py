@@ -32,14 +32,15 @@ def _holder(fd: int) -> str:
     while True:
         text = os.pread(fd, _PID_WIDTH, 0).decode(errors="replace").strip()
         pid = text.removeprefix("pid ")
-        if pid.isdigit() and _alive(int(pid)):
+        if pid.isdigit() and alive(int(pid)):
             return text
         if time.monotonic() >= deadline:
             return "another process (its pid is not recorded yet)"
         time.sleep(_POLL_S)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -8,7 +8,10 @@ For each batch, in batch-number order:
 3. every view over that source folds the batch into its state and publishes its answer.
 
 Each step commits its batch number with its data, so a run that dies anywhere is finished by
-the next run, and nothing is applied twice.  A rejected batch stops the run: the batches
+the next run, and nothing is applied twice.  A Parquet file larger than the slice budget is
+registered as several batches, one per slice of its row groups (:mod:`~incr.runtime.slicing`),
+so a backfill of files far larger than Spark's memory goes a bounded slice at a time and a
+killed run resumes at the slice it was applying.  A rejected batch stops the run: the batches
 before it stay applied, it and the ones after wait, and every later run tries it again
 until the file is fixed (or skipped on purpose with ``incr skip``).
 
@@ -25,6 +28,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,9 +39,9 @@ from incr.config import Settings
 from incr.errors import InputError, Location, OutOfRangeError, StorageError
 from incr.runtime import faults
 from incr.runtime.engine import Engines, log
-from incr.runtime.ingest import LoadedBatch, load_batch
+from incr.runtime.ingest import LoadedBatch, load_batch, sweep_slices
 from incr.runtime.iterate import view_runtime
-from incr.runtime.landing import DELETE, INSERT, discover, sha256_of
+from incr.runtime.landing import DELETE, INSERT, LandedFile, discover, sha256_of
 from incr.runtime.ledger import Batch, Ledger
 from incr.runtime.local import LocalSql
 from incr.runtime.lock import Locks
@@ -45,6 +49,7 @@ from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.progress import Emit, Progress
 from incr.runtime.rowindex import RowIndex
 from incr.runtime.schemas import SchemaLog
+from incr.runtime.slicing import Part, parts, slice_budget
 from incr.runtime.store import DeltaStore, check_table_root
 
 if TYPE_CHECKING:
@@ -64,6 +69,7 @@ class BatchReport:
     index_s: float = 0.0
     total_s: float = 0.0
     views: list[ViewMetrics] = field(default_factory=list)
+    part: str | None = None  # the slice of the file, e.g. "row groups 8-9 of 40"
 
 
 @dataclass
@@ -163,6 +169,7 @@ class Pipeline:
                                        self.schemas[name].added)
                         for name, t in self.tables.items() if not t.append_only}
         self._views: dict[str, ViewRuntime] | None = None
+        self.scratch = self.meta / "slices"  # copies of slices for Spark to read
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
@@ -207,7 +214,33 @@ class Pipeline:
         for name, declared in self.schemas.items():
             declared.record(self.tables[name], next_batch)
         files = discover(self.landing, self.tables)
-        return len(self.ledger.register(files, self.landing))
+        return len(self.ledger.register(files, self.landing, self._split))
+
+    def register_folder(self, folder: Path) -> int:
+        """Registers the files of a folder laid out like the landing area (``<table>/...``,
+        ``<table>/_deletes/...``), read where they are: a backfill of history kept elsewhere.
+        Each is named by its absolute path in the ledger; returns how many were registered."""
+        folder = Path(folder).resolve()
+        files = [LandedFile(f.table, f.kind, (folder / f.relpath).as_posix(), f.size, f.mtime_ns)
+                 for f in discover(folder, self.tables)]
+        with self.locks.hold(ledger=True):
+            next_batch = self.ledger.next_seq()
+            for name, declared in self.schemas.items():
+                declared.record(self.tables[name], next_batch)
+            return len(self.ledger.register(files, self.landing, self._split))
+
+    def _split(self, path: Path, landed: LandedFile) -> list[Part]:
+        """The slices a landed file is applied in ([]: whole)."""
+        return parts(path, landed, self.slice_budget)
+
+    @property
+    def slice_budget(self) -> int:
+        """Uncompressed bytes of Parquet one batch reads at most (a row group may exceed it)."""
+        from incr.runtime.session import DEFAULTS
+
+        conf = dict(DEFAULTS)
+        conf.update(self.engines.settings.spark_settings())
+        return slice_budget(self.engines.settings, conf)
 
     def _register_or_reject(self, report: RunReport) -> int:
         """:meth:`register`, with a landed file incr cannot take at all (e.g. ``.txt``) recorded
@@ -222,9 +255,15 @@ class Pipeline:
         return [v for v in self.views.values()
                 if batch.table.lower() in {s.lower() for s in v.plan.sources}]
 
-    def _behind(self, batch: Batch, progress: _Progress) -> list[ViewRuntime]:
-        """The views that read ``batch`` and have not applied it yet."""
-        return [v for v in self._consumers(batch) if progress.views[v.plan.view] < batch.seq]
+    def _behind(self, batch: Batch, progress: _Progress,
+                chosen: set[str] | None = None) -> list[ViewRuntime]:
+        """The views (of ``chosen``, if given) that read ``batch`` and have not applied it yet."""
+        return [v for v in self._consumers(batch) if progress.views[v.plan.view] < batch.seq
+                and (chosen is None or v.plan.view in chosen)]
+
+    def _chosen(self, views: Iterable[str] | None) -> set[str] | None:
+        """The views named (any case), or None for all."""
+        return None if views is None else {self._view_runtime(v).plan.view for v in views}
 
     def _progress(self) -> _Progress:
         return _Progress({n: v.through() for n, v in self.views.items()},
@@ -272,27 +311,33 @@ class Pipeline:
                          batch.get("path"), entry.get("at"))
 
     # -- running ---------------------------------------------------------------------------------
-    def run(self, through: int | None = None, emit: Emit | None = None) -> RunReport:
+    def run(self, through: int | None = None, emit: Emit | None = None,
+            views: Iterable[str] | None = None) -> RunReport:
         """Registers and applies every pending batch; stops at the first rejected batch.
 
         With ``through``, batches after that number wait for a later run (benchmarks and
         the demo apply one batch at a time this way).  ``emit``: receives a progress line
-        after each batch (:mod:`~incr.runtime.progress`).
+        after each batch (:mod:`~incr.runtime.progress`).  ``views``: only these views
+        apply batches (a backfill of some views); the row indexes advance all the same,
+        and the other views catch up in a later run.
         """
         report = RunReport(self.compiled.name)
+        chosen = self._chosen(views)
         with self.hold_everything():
             self._check_answer_ownership()
+            sweep_slices(self.scratch)
             report.registered = self._register_or_reject(report)
             progress = self._progress()
             batches = self.ledger.batches() if report.rejected is None else []
             publish_at = {name: self._publish_at(v, batches, progress, through)
                           for name, v in self.views.items()}
             meter = _meter(emit, [b for b in batches if (through is None or b.seq <= through)
-                                  and (not progress.index_done(b) or self._behind(b, progress))])
+                                  and (not progress.index_done(b)
+                                       or self._behind(b, progress, chosen))])
             for batch in batches:
                 if through is not None and batch.seq > through:
                     break
-                consumers = self._behind(batch, progress)
+                consumers = self._behind(batch, progress, chosen)
                 if progress.index_done(batch) and not consumers:
                     continue
                 try:
@@ -301,7 +346,7 @@ class Pipeline:
                     report.rejected, report.rejected_batch = e, batch
                     break
                 if meter is not None:
-                    meter.advance(batch.size, report.applied[-1].rows)
+                    meter.advance(batch.bytes, report.applied[-1].rows, batch.path)
                 for v in consumers:
                     progress.views[v.plan.view] = batch.seq
                 report.ready_through = batch.seq
@@ -320,6 +365,7 @@ class Pipeline:
         report = RunReport(self.compiled.name)
         with self.locks.hold(ledger=True, indexes=tuple(self.indexes)):
             self._check_answer_ownership()
+            sweep_slices(self.scratch)
             report.registered = self._register_or_reject(report)
             progress = self._progress()
             for batch in self.ledger.batches() if report.rejected is None else []:
@@ -327,7 +373,10 @@ class Pipeline:
                     try:
                         t0 = time.perf_counter()
                         loaded = self._load(batch, progress)
-                        self._index(batch, loaded, progress)
+                        try:
+                            self._index(batch, loaded, progress)
+                        finally:
+                            loaded.release()
                         report.applied.append(BatchReport(batch.seq, batch.path, batch.table,
                                                           batch.kind, loaded.rows,
                                                           total_s=time.perf_counter() - t0))
@@ -364,12 +413,47 @@ class Pipeline:
                 if not progress.index_done(batch):
                     raise StorageError(f"{batch} is not validated yet; run the prepare step first")
                 loaded = self._load(batch, progress)
-                out += self._fold(batch, loaded, [runtime], publish_at)
+                try:
+                    out += self._fold(batch, loaded, [runtime], publish_at)
+                finally:
+                    loaded.release()
                 progress.views[runtime.plan.view] = batch.seq
                 if meter is not None:
-                    meter.advance(batch.size, loaded.rows)
+                    meter.advance(batch.bytes, loaded.rows, batch.path)
             runtime.drop_stale_state()
         return out
+
+    def backfill(self, views: Iterable[str] | None = None, folder: Path | None = None,
+                 start: int | None = None, through: int | None = None, rebuild: bool = False,
+                 emit: Emit | None = None) -> RunReport:
+        """Builds (or with ``rebuild``, rebuilds beside the served answers) ``views`` (default
+        all) from the ledger's files, large ones in slices: ``incr backfill``.
+
+        ``folder``: history laid out like the landing area, registered first and read where
+        it is.  ``start``: the first batch meant to apply; a chosen view that has not applied
+        every batch before it is an error (a backfill never leaves a gap).  ``through``: the
+        last batch to apply (a later backfill or run goes on from there).
+
+        Raises:
+            StorageError: a view would skip batches before ``start``.
+        """
+        chosen = self._chosen(views)
+        if folder is not None:
+            self.register_folder(folder)
+        if rebuild:
+            for name in chosen or self.views:
+                self.refresh(name)
+        if start is not None:
+            progress = self._progress()
+            for name in sorted(chosen or self.views):
+                gap = [b.seq for b in self.ledger.batches()
+                       if b.seq < start and self._behind(b, progress, {name})]
+                if gap:
+                    raise StorageError(
+                        f"view {name} has not applied batch(es) {gap[0]}-{gap[-1]}, before "
+                        f"--from {start}: a backfill applies batches in order; start at "
+                        f"{gap[0]} (or leave --from out)")
+        return self.run(through=through, emit=emit, views=chosen)
 
     def refresh(self, view: str) -> Path:
         """Starts a full refresh of ``view``: its state is rebuilt from batch 0 in a new
@@ -393,10 +477,17 @@ class Pipeline:
             batch = next((b for b in self.ledger.batches() if b.seq == seq), None)
             if batch is None:
                 raise StorageError(f"program {self.compiled.name} has no live batch {seq}")
-            if self._progress().applied_anywhere(batch, self._consumers(batch)):
-                raise StorageError(f"{batch} is already applied by some tables; it cannot be "
-                                   f"skipped (land a delete batch to undo its rows)")
-            self.ledger.skip(batch)
+            progress = self._progress()
+            slices = self._slices_of(batch)  # a sliced file is skipped whole
+            for b in slices:
+                if progress.applied_anywhere(b, self._consumers(b)):
+                    raise StorageError(
+                        f"{b} is already applied by some tables; {batch} cannot be skipped "
+                        f"(land a delete batch to undo its rows)" if b is batch else
+                        f"{b}, a slice of the same file, is already applied by some tables; "
+                        f"{batch} cannot be skipped alone (land a delete batch to undo the rows)")
+            for b in slices:
+                self.ledger.skip(b)
             return batch
 
     def archive(self, to: Path) -> list[Batch]:
@@ -414,20 +505,31 @@ class Pipeline:
         with self.hold_everything():
             progress = self._progress()
             moved: list[tuple[Batch, Path]] = []
+            by_file: dict[str, list[Batch]] = {}
             for batch in self.ledger.batches():
-                landed = self.landing / batch.path
-                if not landed.is_file() or not progress.applied_everywhere(batch, self._consumers(batch)):
+                if not Path(batch.path).is_absolute():  # not one read from a backfill folder
+                    by_file.setdefault(batch.path, []).append(batch)
+            for path, batches in by_file.items():
+                landed = self.landing / path
+                if not landed.is_file() or not all(
+                        progress.applied_everywhere(b, self._consumers(b)) for b in batches):
                     continue
-                target = to / batch.path
-                if batch.archived is None or Path(batch.archived) != target:
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = target.with_name(f".{target.name}.incr-tmp")
-                    shutil.copy2(landed, tmp)
-                    tmp.replace(target)
-                    moved.append((batch, target))
+                target = to / path
+                copied = False
+                for batch in batches:
+                    if batch.archived is None or Path(batch.archived) != target:
+                        if not copied:
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            tmp = target.with_name(f".{target.name}.incr-tmp")
+                            shutil.copy2(landed, tmp)
+                            tmp.replace(target)
+                            copied = True
+                        moved.append((batch, target))
             self.ledger.archive(moved)
             done = [b for b, _ in moved]
             for batch in self.ledger.batches():  # recorded: now the landing copy may go
+                if Path(batch.path).is_absolute():
+                    continue
                 landed = self.landing / batch.path
                 if batch.archived is not None and Path(batch.archived).is_file() and landed.is_file():
                     st = landed.stat()
@@ -442,7 +544,8 @@ class Pipeline:
         faults.crash_point("batch.start", batch.seq)
         loaded = self._load(batch, progress)
         report = BatchReport(batch.seq, batch.path, batch.table, batch.kind, loaded.rows,
-                             read_s=time.perf_counter() - t0)
+                             read_s=time.perf_counter() - t0,
+                             part=str(batch.part) if batch.part else None)
         if len(consumers) > 1 or batch.table in self.indexes:
             loaded.cache()
         try:
@@ -451,7 +554,7 @@ class Pipeline:
             report.index_s = time.perf_counter() - t1
             report.views = self._fold(batch, loaded, consumers, publish_at)
         finally:
-            loaded.unpersist()
+            loaded.release()
         report.total_s = time.perf_counter() - t0
         return report
 
@@ -464,7 +567,8 @@ class Pipeline:
                              f"deletions", Location(display))
         self._check_unchanged(batch, path, progress)
         return load_batch(self.engines, self.tables[batch.table], path, display,
-                          self.schemas[batch.table].absent_at(batch.seq))
+                          self.schemas[batch.table].absent_at(batch.seq), batch.part,
+                          self.scratch)
 
     def _check_unchanged(self, batch: Batch, path: Path, progress: _Progress) -> None:
         if not path.is_file():
@@ -475,13 +579,28 @@ class Pipeline:
         digest = sha256_of(path)
         if digest == batch.sha256:
             return
-        if progress.applied_anywhere(batch, self._consumers(batch)):
+        slices = self._slices_of(batch)
+        if any(progress.applied_anywhere(b, self._consumers(b)) for b in slices):
             raise InputError(f"the file changed after {batch} was applied; incr never applies a "
                              f"batch twice. Restore the original file and land the change as a "
                              f"new batch (deletes of the old rows plus inserts)", Location(str(path)))
         # A per-view task may get here too: the ledger's lock is short, so it waits for it.
         with self.locks.hold(ledger=True, wait_s=self.engines.settings.lock_wait_s):
-            self.ledger.refresh(batch, st.st_size, st.st_mtime_ns, digest)
+            if batch.part is None:
+                self.ledger.refresh(batch, st.st_size, st.st_mtime_ns, digest)
+                return
+            landed = LandedFile(batch.table, batch.kind, batch.path, st.st_size, st.st_mtime_ns)
+            again = self.ledger.register_again(slices, landed, self.landing, self._split)
+        raise InputError(f"the file changed after it was registered in {len(slices)} slices "
+                         f"(batches {slices[0].seq}-{slices[-1].seq}), before anything applied "
+                         f"it; it is registered again, as batch(es) {again[0].seq}-{again[-1].seq}, "
+                         f"which the next run applies", Location(str(path)))
+
+    def _slices_of(self, batch: Batch) -> list[Batch]:
+        """Every live batch of ``batch``'s file (itself alone unless the file is sliced)."""
+        if batch.part is None:
+            return [batch]
+        return [b for b in self.ledger.batches() if b.path == batch.path]
 
     def _index(self, batch: Batch, loaded: LoadedBatch, progress: _Progress) -> None:
         index = self.indexes.get(batch.table)
@@ -556,7 +675,7 @@ def _meter(emit: Emit | None, todo: list[Batch]) -> Progress | None:
     """A progress meter over the batches ``todo`` (None: no one watches, or nothing to do)."""
     if emit is None or not todo:
         return None
-    return Progress(len(todo), sum(b.size for b in todo), emit)
+    return Progress.over(((b.path, b.bytes) for b in todo), emit)
 
 
 def _overflow(e: Exception) -> str | None:

@@ -5,14 +5,15 @@ nothing until the end.  A :class:`Progress` counts what a run (or an Airflow tas
 applied against what it set out to apply, and hands a line to an emitter after every
 batch: on a terminal one line rewritten in place (:func:`on_terminal`), elsewhere (a task
 log, a file) one line per batch (:func:`as_lines`).  The time left is estimated from the
-bytes of the files still to apply at the rate so far (files are the unit of work a batch
-reads; their row counts are not known before they are read).
+bytes still to read at the rate so far (a batch reads a file, or a slice of a large one;
+row counts are not known before files are read).  When large files are applied in slices
+(:mod:`~incr.runtime.slicing`), the line counts files apart from batches.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -28,20 +29,36 @@ class Progress:
     total_bytes: int
     emit: Emit
     clock: Callable[[], float] = time.monotonic
+    #: Batches to apply per file, when files are applied in slices (else one each).
+    per_file: Mapping[str, int] | None = None
     batches: int = 0
     bytes: int = 0
     rows: int = 0
     started: float = field(init=False)
+    _left: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
+        self._left = dict(self.per_file or {})
 
-    def advance(self, size: int, rows: int) -> None:
-        """Counts one applied batch (its file's ``size`` in bytes and its ``rows``) and
-        emits the line."""
+    @classmethod
+    def over(cls, batches: Iterable[tuple[str, int]], emit: Emit) -> Progress:
+        """A meter over batches given as (file, bytes read), several per sliced file."""
+        per_file: dict[str, int] = {}
+        total = 0
+        for file, size in batches:
+            per_file[file] = per_file.get(file, 0) + 1
+            total += size
+        return cls(sum(per_file.values()), total, emit, per_file=per_file)
+
+    def advance(self, size: int, rows: int, file: str | None = None) -> None:
+        """Counts one applied batch (the ``size`` in bytes it read, its ``rows``, and the
+        ``file`` it is part of) and emits the line."""
         self.batches += 1
         self.bytes += size
         self.rows += rows
+        if file in self._left:
+            self._left[file] -= 1
         self.emit(self.line(), self.batches >= self.total_batches)
 
     def finish(self) -> None:
@@ -53,8 +70,11 @@ class Progress:
     def line(self) -> str:
         elapsed = max(self.clock() - self.started, 1e-9)
         rate = self.rows / elapsed
-        parts = [f"{self.batches}/{self.total_batches} batches",
-                 f"{self.rows:,} rows",
+        parts = [f"{self.batches}/{self.total_batches} batches"]
+        if self.per_file and len(self.per_file) < self.total_batches:  # some files in slices
+            done = sum(1 for n in self._left.values() if n <= 0)
+            parts[0] += f" (slices) of {done}/{len(self.per_file)} files"
+        parts += [f"{self.rows:,} rows",
                  f"{_count(rate)} rows/s",
                  f"{_size(self.bytes)} of {_size(self.total_bytes)}",
                  f"{_duration(elapsed)} elapsed"]

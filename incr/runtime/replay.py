@@ -61,7 +61,8 @@ def live_dataframe(spark: SparkSession, compiled: CompiledProgram, landing: Path
     for b in batches:
         if b.table != table:
             continue
-        df = load_batch(engines, decl, b.source(landing), str(b.source(landing))).df.drop(ROW)
+        df = load_batch(engines, decl, b.source(landing), str(b.source(landing)),
+                        part=b.part).df.drop(ROW)
         if b.kind == DELETE:
             dels = df if dels is None else dels.unionByName(df)
         else:

@@ -16,12 +16,13 @@ from incr.runtime.store import APP_ID, DeltaStore, commit_batches, trusted_commi
 
 def describe_run(report) -> str:
     """One line per applied batch, with where its time went."""
-    lines = [(f"program {report.program}: {report.registered} new file(s) registered, "
+    lines = [(f"program {report.program}: {report.registered} new batch(es) registered, "
               f"{len(report.applied)} batch(es) applied")]
     for b in report.applied:
         views = "; ".join(f"{v.view} h {v.h_s:.2f}s merge {v.merge_s:.2f}s answer {v.answer_s:.2f}s"
                           for v in b.views)
-        lines.append(f"  batch {b.seq} {b.kind:<6} {b.path} ({b.rows} rows) in {b.total_s:.2f}s: "
+        part = f" {b.part}" if b.part else ""
+        lines.append(f"  batch {b.seq} {b.kind:<6} {b.path}{part} ({b.rows} rows) in {b.total_s:.2f}s: "
                      f"read {b.read_s:.2f}s, row index {b.index_s:.2f}s"
                      + (f"; {views}" if views else ""))
     if report.rejected is not None:

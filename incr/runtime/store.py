@@ -360,11 +360,13 @@ class DeltaStore:
     def write(self, path: str | Path, data: pa.Table, *, mode: str, batch: int | None,
               partition_by: Iterable[str] | None = None, description: str | None = None,
               metadata: Mapping[str, str] | None = None, replace_schema: bool = False,
-              target_file_size: int | None = None) -> None:
+              target_file_size: int | None = None, add_columns: bool = False) -> None:
         """Appends or overwrites, recording ``batch`` in the same commit when given.
 
         ``mode`` is ``append`` or ``overwrite``; the table is created on first write.
         ``target_file_size`` (bytes) splits the data into files of about that size.
+        ``add_columns``: columns of ``data`` the table lacks are added to it (NULL in the
+        rows it holds).
         """
         Path(path).mkdir(parents=True, exist_ok=True)
         target: str | DeltaTable = str(path)
@@ -375,7 +377,7 @@ class DeltaStore:
                 target, data, mode=mode,
                 partition_by=list(partition_by) if partition_by else None,
                 description=description,
-                schema_mode="overwrite" if replace_schema else None,
+                schema_mode="overwrite" if replace_schema else "merge" if add_columns else None,
                 target_file_size=target_file_size,
                 commit_properties=_commit(batch, metadata))
         except DeltaError as e:

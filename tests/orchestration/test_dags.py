@@ -101,6 +101,16 @@ def _land(landing: Path, name: str, rows: list[dict], delete: bool = False) -> N
     pacsv.write_csv(pa.Table.from_pylist(rows, schema=SCHEMA), folder / name)
 
 
+def _dag_file(programs: Path, landing: Path, warehouse: Path) -> None:
+    """The DAG file of the programs in ``programs`` in the dags folder: dag.test() serializes
+    a DAG from there, as a deployment would find it."""
+    (Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "incr_games.py").write_text(
+        "# Airflow DAG for the test program (DagBag safe mode wants both words)\n"
+        "from pathlib import Path\n"
+        "from incr.orchestration.dags import program_dags\n"
+        f"globals().update(program_dags(Path({str(programs)!r}), {str(landing)!r}, {str(warehouse)!r}))\n")
+
+
 @pytest.mark.airflow
 def test_dag_run_maintains_views_and_fails_on_a_rejected_batch(airflow_home, spark, tmp_path):
     from incr.orchestration.dags import program_dag
@@ -108,13 +118,7 @@ def test_dag_run_maintains_views_and_fails_on_a_rejected_batch(airflow_home, spa
     program = tmp_path / "games.sql"
     program.write_text(PROGRAM)
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    # dag.test() serializes the DAG from the dags folder, as a deployment would find it.
-    dags_folder = Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
-    (dags_folder / "incr_games.py").write_text(
-        "# Airflow DAG for the test program (DagBag safe mode wants both words)\n"
-        "from pathlib import Path\n"
-        "from incr.orchestration.dags import program_dags\n"
-        f"globals().update(program_dags(Path({str(tmp_path)!r}), {str(landing)!r}, {str(warehouse)!r}))\n")
+    _dag_file(tmp_path, landing, warehouse)
     dag = program_dag(program, str(landing), str(warehouse))
     assert dag.dag_id == "incr_games"
     assert {t.task_id for t in dag.tasks} == {"prepare", "apply_scores", "apply_best", "finish",
@@ -139,3 +143,42 @@ def test_dag_run_maintains_views_and_fails_on_a_rejected_batch(airflow_home, spa
         answer, batch = read_answer(warehouse, plan)
         assert batch == 1
         assert diff_answers(oracle_answer(plan.select, {"e": live}), answer) is None
+
+
+@pytest.mark.airflow
+def test_backfill_dag_builds_views_from_a_history_folder_in_slices(airflow_home, spark, tmp_path,
+                                                                   monkeypatch, capsys):
+    import pyarrow.parquet as pq
+
+    from incr.orchestration.dags import backfill_dag, program_dag
+    from incr.runtime.pipeline import Pipeline
+
+    program = tmp_path / "games.sql"
+    program.write_text(PROGRAM)
+    landing, warehouse, history = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "history"
+    _dag_file(tmp_path, landing, warehouse)
+    old = pa.table({"who": [f"p{i % 7}" for i in range(4000)], "pts": list(range(4000))},
+                   schema=SCHEMA)
+    (history / "e").mkdir(parents=True)
+    pq.write_table(old, history / "e" / "2019.parquet", row_group_size=1000)
+    monkeypatch.setenv("INCR_SLICE_BYTES", "1")  # a slice per row group
+    dag = backfill_dag(program, str(landing), str(warehouse))
+    assert dag.dag_id == "incr_games_backfill"
+    run = dag.test(run_conf={"folder": str(history), "views": ["scores"]})
+    assert "success" in str(run.state)
+    assert "progress: 4/4 batches (slices) of 1/1 files" in capsys.readouterr().out
+    compiled = compile_program(program)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    assert pipeline.views["scores"].through() == 3 and pipeline.views["best"].through() < 0
+    scores = compiled.plan("scores")
+    assert diff_answers(oracle_answer(scores.select, {"e": old}), read_answer(warehouse, scores)[0]) is None
+
+    # The scheduled DAG catches the other view up, and its refresh param rebuilds one.
+    dag = program_dag(program, str(landing), str(warehouse))
+    run = dag.test(run_conf={"refresh": ["scores"]})
+    assert "success" in str(run.state)
+    for plan in compiled.plans:
+        answer, batch = read_answer(warehouse, plan)
+        assert batch == 3, plan.view
+        assert diff_answers(oracle_answer(plan.select, {"e": old}), answer) is None
+    assert Pipeline(compiled, landing, warehouse, spark=spark).views["scores"].state.root.name.endswith(".r1")
