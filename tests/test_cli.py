@@ -14,7 +14,8 @@ CREATE VIEW totals AS SELECT k, SUM(v) AS s FROM t GROUP BY k;
 
 def test_incr_run_on_spark_prints_no_spark_banner(tmp_path: Path):
     """Quiet by default: the run's own report on stdout, and on stderr nothing from Spark's
-    startup (log4j profile, default log level, native-library notice)."""
+    startup (log4j profile, default log level, native-library notice, the JVM's incubator
+    modules line)."""
     program = tmp_path / "p.sql"
     program.write_text(PROGRAM)
     (tmp_path / "landing" / "t").mkdir(parents=True)
@@ -27,5 +28,5 @@ def test_incr_run_on_spark_prints_no_spark_banner(tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert "1 batch(es) applied" in done.stdout
     for noise in ("log4j", "Setting default log level", "setLogLevel", "NativeCodeLoader",
-                  " WARN "):
+                  " WARN ", "incubator"):
         assert noise not in done.stderr, done.stderr

@@ -78,6 +78,7 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     values = dict(DEFAULTS)
     values.update(config.spark_settings())
     values.update(conf or {})
+    _start_jvm(master, values)
     builder = SparkSession.builder.master(master)
     builder = builder.appName("incr")
     for key, value in values.items():
@@ -88,6 +89,48 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     # the error itself, with the file and view it concerns.
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     return spark
+
+
+#: What the JVM prints on stderr that says nothing to an incr user: Spark 4 resolves the
+#: incubating Vector API module, and Java announces it at every start (in every Airflow
+#: task's log, at error level).
+_JVM_NOISE = ("WARNING: Using incubator modules:",)
+
+
+def _start_jvm(master: str, values: Mapping[str, str]) -> None:
+    """Starts the driver JVM (unless this process has one) with its stderr read by a thread
+    that passes every line on to ours except :data:`_JVM_NOISE`.
+
+    pyspark starts the JVM with our stderr as its own; its developer hook ``popen_kwargs``
+    of ``launch_gateway`` lets the caller take the stream instead.  The SparkContext made
+    here is the one ``SparkSession.builder.getOrCreate()`` then finds.
+    """
+    import subprocess
+    import threading
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._active_spark_context is not None or SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName("incr")
+    for key, value in values.items():
+        conf.set(key, value)
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stderr is not None:
+        threading.Thread(target=_pass_on, args=(proc.stderr,), name="incr-jvm-stderr",
+                         daemon=True).start()
+    SparkContext(conf=conf, gateway=gateway)
+
+
+def _pass_on(stream) -> None:
+    """Copies the JVM's stderr to ours, line by line, leaving out :data:`_JVM_NOISE`."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace")
+        if not line.startswith(_JVM_NOISE):
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 def on_loopback(master: str) -> bool:
