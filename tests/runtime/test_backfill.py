@@ -219,3 +219,43 @@ def test_backfill_from_a_history_folder_and_only_some_views(spark, dirs, tmp_pat
     assert pipeline.run().rejected is None  # the other view catches up
     _check(compiled, warehouse, old)
     assert (history / "e" / "2019.parquet").exists()
+
+
+def test_a_killed_backfill_process_resumes_inside_the_file(tmp_path):
+    """``incr backfill`` as a process, killed (``os._exit``) at crash points inside the slices
+    of one file, then run to the end: each answer seen after a kill is the oracle's over the
+    file's rows through the slice it records, and the last equals the whole file's."""
+    import subprocess
+    import sys
+
+    from incr.runtime.faults import CRASH_EXIT
+
+    program = tmp_path / "p.sql"
+    program.write_text(PROGRAM)
+    compiled = compile_text(PROGRAM, str(program), name="p")
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    big = _rows(0, 10 * GROUP_ROWS)
+    _land(landing, "001.parquet", big)
+    env = {k: v for k, v in os.environ.items() if k != "INCR_CRASH_AT"}
+    env.update(INCR_SLICE_BYTES=str(int(1.5 * _group_bytes())),  # a slice per row group
+               INCR_SPARK_CONF="spark.sql.shuffle.partitions=2,spark.driver.memory=1g")
+
+    def backfill(crash: str | None) -> int:
+        done = subprocess.run([sys.executable, "-m", "incr.cli", "backfill", str(program),
+                               "--landing", str(landing), "--warehouse", str(warehouse)],
+                              env={**env, **({"INCR_CRASH_AT": crash} if crash else {})},
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode in (0, CRASH_EXIT), done.stderr
+        return done.returncode
+
+    for crash in ("view.after_merge:1", "index.after_commit:4", "view.after_state:6"):
+        assert backfill(crash) == CRASH_EXIT, crash
+        for plan in compiled.plans:
+            answer, seen = read_answer(warehouse, plan)
+            assert seen is not None
+            rows = big.slice(0, (seen + 1) * GROUP_ROWS)
+            assert diff_answers(oracle_answer(plan.select, {"e": rows}), answer) is None, \
+                (crash, plan.view, seen)
+    assert backfill(None) == 0
+    assert len(Pipeline(compiled, landing, warehouse).ledger.batches()) == 10
+    _check(compiled, warehouse, big)
