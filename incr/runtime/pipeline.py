@@ -133,6 +133,12 @@ class _Progress:
         return self.index_done(batch) and all(
             self.views[v.plan.view] >= batch.seq for v in consumers)
 
+    def validated(self, batch: Batch, consumers: list[ViewRuntime]) -> bool:
+        """True when a table committed ``batch``: its file was read whole and found good
+        (a view built later need not have Airflow's prepare step read it again)."""
+        return (batch.table in self.indexes and self.indexes[batch.table] >= batch.seq) or any(
+            self.views[v.plan.view] >= batch.seq for v in consumers)
+
     def applied_anywhere(self, batch: Batch, consumers: list[ViewRuntime]) -> bool:
         """True when any table committed ``batch`` (its file may then no longer change)."""
         if batch.table in self.indexes and self.indexes[batch.table] >= batch.seq:
@@ -358,7 +364,8 @@ class Pipeline:
         return report
 
     def prepare(self) -> RunReport:
-        """Airflow's first step: register, read and index every pending batch (no view work).
+        """Airflow's first step: register, read and index every pending batch (no view work);
+        a batch some table already committed is not read again.
 
         ``ready_through`` is the last batch that every view may apply.
         """
@@ -369,7 +376,11 @@ class Pipeline:
             report.registered = self._register_or_reject(report)
             progress = self._progress()
             for batch in self.ledger.batches() if report.rejected is None else []:
-                if self._behind(batch, progress) or not progress.index_done(batch):
+                # A batch some table committed was read and found good then: a view that is
+                # behind (new, or rebuilding) reads it in its own task, not here again.
+                behind = self._behind(batch, progress)
+                if not progress.index_done(batch) or (
+                        behind and not progress.validated(batch, self._consumers(batch))):
                     try:
                         t0 = time.perf_counter()
                         loaded = self._load(batch, progress)

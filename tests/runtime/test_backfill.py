@@ -259,3 +259,20 @@ def test_a_killed_backfill_process_resumes_inside_the_file(tmp_path):
     assert backfill(None) == 0
     assert len(Pipeline(compiled, landing, warehouse).ledger.batches()) == 10
     _check(compiled, warehouse, big)
+
+
+def test_airflows_prepare_does_not_read_again_what_a_new_view_must_build_from(spark, dirs):
+    landing, warehouse = dirs
+    compiled = compile_text(PROGRAM, "p.sql", name="p")
+    big = _rows(0, 6 * GROUP_ROWS)
+    _land(landing, "001.parquet", big)
+    assert _pipeline(compiled, landing, warehouse, spark, "driver").run().rejected is None
+    grown = compile_text(PROGRAM + "CREATE VIEW lows AS SELECT who, MIN(pts) AS low FROM e "
+                                   "GROUP BY who;\n", "p.sql", name="p")
+    pipeline = _pipeline(grown, landing, warehouse, spark, "driver")
+    prepared = pipeline.prepare()
+    assert prepared.rejected is None and prepared.applied == []  # read and indexed before
+    last = prepared.ready_through
+    assert last == len(pipeline.ledger.batches()) - 1
+    assert [m.batch for m in pipeline.apply_view("lows", last)] == list(range(last + 1))
+    _check(grown, warehouse, big)
