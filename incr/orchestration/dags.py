@@ -23,8 +23,8 @@ called (with Airflow's task context) when a task of the program fails for good.
 A second DAG per program, ``incr_<program>_backfill``, is triggered by hand (its params say
 what to do: views, a history folder, a batch range, a full rebuild); its one task runs
 ``incr backfill`` and prints a progress line per batch, large files going a slice at a time.
-While it runs it holds the program's locks: a scheduled run starting then fails fast, naming
-the backfill's process, and is retried; files landed meanwhile wait for the next run.  The
+While it runs it holds the program's locks: a scheduled run starting then gives way (``prepare``
+is skipped, and with it the run's other tasks), and files landed meanwhile wait for the next run.  The
 scheduled DAG's ``refresh`` param names views to rebuild from batch 0 (a full refresh,
 :meth:`Pipeline.refresh`) at the start of that run.
 

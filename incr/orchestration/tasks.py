@@ -16,8 +16,21 @@ def _pipeline(program: Path, landing: str, warehouse: str):
 def prepare_batches(program: Path, landing: str, warehouse: str,
                     refresh: tuple[str, ...] | list[str] = ()) -> dict:
     """Starts the full refreshes asked for (``refresh``: views), then registers and
-    validates pending batches; returns how far views may go."""
+    validates pending batches; returns how far views may go.
+
+    Raises:
+        AirflowSkipException: a backfill of the program is running; it holds the program's
+            locks, and files landed meanwhile are applied by the next run.
+    """
     pipeline = _pipeline(program, landing, warehouse)
+    running = pipeline.backfill_running()
+    if running is not None:
+        from airflow.exceptions import AirflowSkipException
+
+        raise AirflowSkipException(
+            f"a backfill of program {pipeline.compiled.name} is running (pid {running['pid']}, "
+            f"views {', '.join(running['views'])}); this run gives way, and the next one "
+            f"applies what landed meanwhile")
     for view in refresh:
         print(f"view {view}: rebuilding its state in {pipeline.refresh(view)}", flush=True)
     report = pipeline.prepare()

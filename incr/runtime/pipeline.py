@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -44,7 +45,7 @@ from incr.runtime.iterate import view_runtime
 from incr.runtime.landing import DELETE, INSERT, LandedFile, discover, sha256_of
 from incr.runtime.ledger import Batch, Ledger
 from incr.runtime.local import LocalSql
-from incr.runtime.lock import Locks
+from incr.runtime.lock import Locks, alive
 from incr.runtime.maintain import ViewMetrics, ViewRuntime
 from incr.runtime.progress import Emit, Progress
 from incr.runtime.rowindex import RowIndex
@@ -54,6 +55,9 @@ from incr.runtime.store import DeltaStore, check_table_root
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+#: Written in the program's folder while ``incr backfill`` runs (its pid, start and views).
+BACKFILL_MARKER = "backfill.json"
 
 
 @dataclass
@@ -464,7 +468,23 @@ class Pipeline:
                         f"view {name} has not applied batch(es) {gap[0]}-{gap[-1]}, before "
                         f"--from {start}: a backfill applies batches in order; start at "
                         f"{gap[0]} (or leave --from out)")
-        return self.run(through=through, emit=emit, views=chosen)
+        marker = self.meta / BACKFILL_MARKER
+        self.meta.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"pid": os.getpid(), "at": time.time(),
+                                      "views": sorted(chosen or self.views)}))
+        try:
+            return self.run(through=through, emit=emit, views=chosen)
+        finally:
+            marker.unlink(missing_ok=True)
+
+    def backfill_running(self) -> dict | None:
+        """The backfill of this program running now (its pid, start time and views), if any:
+        Airflow's scheduled runs give way to it instead of failing on its locks."""
+        try:
+            running = json.loads((self.meta / BACKFILL_MARKER).read_text())
+        except (OSError, ValueError):
+            return None
+        return running if alive(int(running.get("pid", 0))) else None
 
     def refresh(self, view: str) -> Path:
         """Starts a full refresh of ``view``: its state is rebuilt from batch 0 in a new

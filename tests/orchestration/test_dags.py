@@ -182,3 +182,32 @@ def test_backfill_dag_builds_views_from_a_history_folder_in_slices(airflow_home,
         assert batch == 3, plan.view
         assert diff_answers(oracle_answer(plan.select, {"e": old}), answer) is None
     assert Pipeline(compiled, landing, warehouse, spark=spark).views["scores"].state.root.name.endswith(".r1")
+
+
+@pytest.mark.airflow
+def test_a_scheduled_run_gives_way_to_a_running_backfill(airflow_home, spark, tmp_path):
+    import json
+
+    from incr.orchestration.dags import program_dag
+    from incr.runtime.pipeline import BACKFILL_MARKER, Pipeline
+
+    program = tmp_path / "games.sql"
+    program.write_text(PROGRAM)
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    _dag_file(tmp_path, landing, warehouse)
+    _land(landing, "001.csv", [{"who": "ann", "pts": 3}])
+    pipeline = Pipeline(compile_program(program), landing, warehouse, spark=spark)
+    pipeline.meta.mkdir(parents=True)
+    marker = pipeline.meta / BACKFILL_MARKER
+    marker.write_text(json.dumps({"pid": os.getpid(), "at": 0, "views": ["best", "scores"]}))
+    dag = program_dag(program, str(landing), str(warehouse))
+    run = dag.test()
+    assert "success" in str(run.state)  # skipped, not failed: nothing retried, nothing red
+    states = {ti.task_id: str(ti.state) for ti in run.get_task_instances()}
+    assert "skipped" in states["prepare"] and "skipped" in states["apply_scores"], states
+    assert all(v.through() < 0 for v in pipeline.views.values())
+
+    marker.write_text(json.dumps({"pid": 999_999_999, "at": 0, "views": ["best"]}))  # died
+    run = dag.test()
+    assert "success" in str(run.state)
+    assert all(v.through() == 0 for v in pipeline.views.values())
