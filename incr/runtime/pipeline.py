@@ -29,7 +29,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -322,18 +322,19 @@ class Pipeline:
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, through: int | None = None, emit: Emit | None = None,
-            views: Iterable[str] | None = None) -> RunReport:
+            views: Iterable[str] | None = None, backfill: bool = False) -> RunReport:
         """Registers and applies every pending batch; stops at the first rejected batch.
 
         With ``through``, batches after that number wait for a later run (benchmarks and
         the demo apply one batch at a time this way).  ``emit``: receives a progress line
         after each batch (:mod:`~incr.runtime.progress`).  ``views``: only these views
         apply batches (a backfill of some views); the row indexes advance all the same,
-        and the other views catch up in a later run.
+        and the other views catch up in a later run.  ``backfill``: marked as a backfill
+        while it holds the locks (:meth:`backfill_running`).
         """
         report = RunReport(self.compiled.name)
         chosen = self._chosen(views)
-        with self.hold_everything():
+        with self.hold_everything(), self._marked(backfill, chosen):
             self._check_answer_ownership()
             sweep_slices(self.scratch)
             report.registered = self._register_or_reject(report)
@@ -453,12 +454,17 @@ class Pipeline:
             StorageError: a view would skip batches before ``start``.
         """
         chosen = self._chosen(views)
+        if rebuild and start:
+            raise StorageError(f"--from {start} with --rebuild: a rebuild applies every batch "
+                               f"from 0; leave --from out")
         if folder is not None:
             self.register_folder(folder)
         if rebuild:
             for name in chosen or self.views:
                 self.refresh(name)
         if start is not None:
+            with self.locks.hold(ledger=True), contextlib.suppress(InputError):
+                self.register()  # the files landed so far count (a bad one: the run says why)
             progress = self._progress()
             for name in sorted(chosen or self.views):
                 gap = [b.seq for b in self.ledger.batches()
@@ -468,12 +474,19 @@ class Pipeline:
                         f"view {name} has not applied batch(es) {gap[0]}-{gap[-1]}, before "
                         f"--from {start}: a backfill applies batches in order; start at "
                         f"{gap[0]} (or leave --from out)")
+        return self.run(through=through, emit=emit, views=chosen, backfill=True)
+
+    @contextlib.contextmanager
+    def _marked(self, backfill: bool, chosen: set[str] | None) -> Iterator[None]:
+        """While a backfill holds the program's locks, says so in :data:`BACKFILL_MARKER`."""
+        if not backfill:
+            yield
+            return
         marker = self.meta / BACKFILL_MARKER
-        self.meta.mkdir(parents=True, exist_ok=True)
         marker.write_text(json.dumps({"pid": os.getpid(), "at": time.time(),
                                       "views": sorted(chosen or self.views)}))
         try:
-            return self.run(through=through, emit=emit, views=chosen)
+            yield
         finally:
             marker.unlink(missing_ok=True)
 

@@ -276,3 +276,26 @@ def test_airflows_prepare_does_not_read_again_what_a_new_view_must_build_from(sp
     assert last == len(pipeline.ledger.batches()) - 1
     assert [m.batch for m in pipeline.apply_view("lows", last)] == list(range(last + 1))
     _check(grown, warehouse, big)
+
+
+def test_backfill_ranges_never_leave_a_gap(spark, dirs):
+    landing, warehouse = dirs
+    compiled = compile_text(PROGRAM, "p.sql", name="p")
+    for n in range(4):
+        _land(landing, f"{n:03d}.parquet", _rows(n * 100, 100))
+    pipeline = _pipeline(compiled, landing, warehouse, spark, "driver")
+    with pytest.raises(StorageError, match=r"view totals has not applied batch\(es\) 0-2, before "
+                                           r"--from 3"):
+        pipeline.backfill(views=["TOTALS"], start=3)
+    report = pipeline.backfill(views=["totals"], through=1)
+    assert [r.seq for r in report.applied] == [0, 1]
+    assert pipeline.views["totals"].through() == 1 and pipeline.views["overall"].through() < 0
+    assert not (pipeline.meta / "backfill.json").exists()  # marked only while it runs
+    assert [r.seq for r in pipeline.backfill(views=["totals"], start=2).applied] == [2, 3]
+    with pytest.raises(StorageError, match="with --rebuild"):
+        pipeline.backfill(rebuild=True, start=1)
+    with pytest.raises(StorageError, match="has no view nope"):
+        pipeline.backfill(views=["nope"])
+    report = pipeline.backfill(rebuild=True)  # every view, from batch 0, beside the served ones
+    assert [r.seq for r in report.applied] == [0, 1, 2, 3]
+    _check(compiled, warehouse, _rows(0, 400))
