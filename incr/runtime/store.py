@@ -380,7 +380,7 @@ class DeltaStore:
                 schema_mode="overwrite" if replace_schema else "merge" if add_columns else None,
                 target_file_size=target_file_size,
                 commit_properties=_commit(batch, metadata))
-        except DeltaError as e:
+        except (DeltaError, OSError) as e:  # delta-rs raises OSError (no errno) on I/O
             raise _failed(f"writing the Delta table at {path}", path, e) from e
 
     def is_empty(self, path: str | Path) -> bool:
@@ -489,7 +489,7 @@ class DeltaStore:
                     str(root), DeltaSchema.from_arrow(schema), actions, mode="error",
                     partition_by=list(partitions) or None, description=description,
                     commit_properties=commit)
-        except DeltaError as e:
+        except (DeltaError, OSError) as e:  # delta-rs raises OSError (no errno) on I/O
             # The moved files are referenced by no version, and a full vacuum deletes them;
             # not here: a commit that landed and failed after (say in its checkpoint) needs them.
             raise _failed(f"committing the files Spark wrote to the Delta table at {path}", path, e) from e
@@ -799,7 +799,7 @@ class Merge:
                 builder = builder.when_not_matched_insert_all(predicate=self._insert_when)
             try:
                 raw = builder.execute()
-            except DeltaError as e:
+            except (DeltaError, OSError) as e:  # delta-rs raises OSError (no errno) on I/O
                 if "Arithmetic overflow" in str(e):  # a combined sum left its 128 bits
                     raise OutOfRangeError(f"a value combined by the MERGE into {self._path} does not "
                                           f"fit its column ({str(e).splitlines()[0]})") from e
