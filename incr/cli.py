@@ -147,13 +147,13 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--view", action="append", default=None,
                     help="only this view (repeatable; default: every view); the others catch "
                          "up in a later run")
-    sp.add_argument("--folder", type=Path, default=None,
+    sp.add_argument("--folder", type=Path, default=None, metavar="H",
                     help="register the files of this folder first, laid out like the landing "
                          "folder (<table>/..., <table>/_deletes/...), and read them there")
-    sp.add_argument("--from", dest="start", type=int, default=None,
+    sp.add_argument("--from", dest="start", type=int, default=None, metavar="N",
                     help="the first batch to apply: an error if a view has not applied the "
                          "batches before it")
-    sp.add_argument("--to", dest="through", type=int, default=None,
+    sp.add_argument("--to", dest="through", type=int, default=None, metavar="M",
                     help="the last batch to apply (a later backfill or run goes on)")
     sp.add_argument("--rebuild", action="store_true",
                     help="rebuild the views' state from batch 0 beside the current one, which is "
