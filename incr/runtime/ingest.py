@@ -402,9 +402,10 @@ def _parquet(engines: Engines, table: TableDecl, path: Path, display: str,
     groups = part.groups() if part is not None else None
     before = sum(meta.row_group(g).num_rows for g in range(part.first)) if part else 0
     rows = part.rows if part is not None else meta.num_rows
-    if part is not None:
+    if part is not None and part.first == 0:
         # The whole file's NULLs, from its footer: a slice of a file with a NULL in a NOT
-        # NULL column is rejected at its first slice, before any of the file is applied.
+        # NULL column is rejected at its first slice, before any of the file is applied
+        # (so the later slices need only their own check, below).
         _footer_check_not_null(table, path, meta, by_name, display)
     scratch_files: list[Path] = []
 
@@ -463,6 +464,7 @@ def _footer_check_not_null(table: TableDecl, path: Path, meta: pq.FileMetaData,
     """Rejects a file with a NULL in a NOT NULL column, found by the footer's per-row-group
     NULL counts (a row group without them is read), naming the file's row."""
     index = {meta.schema.column(i).path: i for i in range(meta.num_columns)}
+    reader = pq.ParquetFile(path)
     before = 0
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
@@ -472,7 +474,7 @@ def _footer_check_not_null(table: TableDecl, path: Path, meta: pq.FileMetaData,
             stats = group.column(index[by_name[col.name]]).statistics
             if stats is not None and stats.has_null_count and stats.null_count == 0:
                 continue
-            values = pq.ParquetFile(path).read_row_group(g, columns=[by_name[col.name]]).column(0)
+            values = reader.read_row_group(g, columns=[by_name[col.name]]).column(0)
             if values.null_count:
                 row = pc.index(pc.is_null(values), True).as_py()
                 raise _not_null_error(before + row + 1, col.name, display)

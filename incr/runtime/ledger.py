@@ -205,11 +205,9 @@ class Ledger:
                            if part else (None,) * len(_PART_COLUMNS), strict=True))}
 
     def _append(self, rows: list[dict]) -> None:
-        # A ledger written before slicing lacks the slice columns: they are added (NULL in
-        # its rows: whole files).
-        older = self.store.exists(self.path) and \
-            not set(_PART_COLUMNS) <= set(self.store.schema(self.path).names)
+        # add_columns: a ledger written before slicing gets the slice columns (NULL in its
+        # rows: whole files); for any other ledger the schemas are equal and nothing changes.
         self.store.write(self.path, pa.Table.from_pylist(rows, schema=_SCHEMA), mode="append",
                          batch=None, description="incr batch ledger (append-only event log)",
-                         add_columns=older)
+                         add_columns=True)
         self.store.compact(self.path, ("seq",), LEDGER_COMPACT_FILES)

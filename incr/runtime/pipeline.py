@@ -220,11 +220,15 @@ class Pipeline:
         Raises:
             CompileError: a declaration drops or retypes a column.
         """
+        self._record_declarations()
+        files = discover(self.landing, self.tables)
+        return len(self.ledger.register(files, self.landing, self._split))
+
+    def _record_declarations(self) -> None:
+        """Logs the tables' declarations as of the next batch (the caller holds the ledger)."""
         next_batch = self.ledger.next_seq()
         for name, declared in self.schemas.items():
             declared.record(self.tables[name], next_batch)
-        files = discover(self.landing, self.tables)
-        return len(self.ledger.register(files, self.landing, self._split))
 
     def register_folder(self, folder: Path) -> int:
         """Registers the files of a folder laid out like the landing area (``<table>/...``,
@@ -234,9 +238,7 @@ class Pipeline:
         files = [LandedFile(f.table, f.kind, (folder / f.relpath).as_posix(), f.size, f.mtime_ns)
                  for f in discover(folder, self.tables)]
         with self.locks.hold(ledger=True):
-            next_batch = self.ledger.next_seq()
-            for name, declared in self.schemas.items():
-                declared.record(self.tables[name], next_batch)
+            self._record_declarations()
             return len(self.ledger.register(files, self.landing, self._split))
 
     def _split(self, path: Path, landed: LandedFile) -> list[Part]:

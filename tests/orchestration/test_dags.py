@@ -101,24 +101,25 @@ def _land(landing: Path, name: str, rows: list[dict], delete: bool = False) -> N
     pacsv.write_csv(pa.Table.from_pylist(rows, schema=SCHEMA), folder / name)
 
 
-def _dag_file(programs: Path, landing: Path, warehouse: Path) -> None:
-    """The DAG file of the programs in ``programs`` in the dags folder: dag.test() serializes
-    a DAG from there, as a deployment would find it."""
+def _games(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The test program, its landing and warehouse folders, and its DAG file in the dags
+    folder: dag.test() serializes a DAG from there, as a deployment would find it."""
+    program = tmp_path / "games.sql"
+    program.write_text(PROGRAM)
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     (Path(os.environ["AIRFLOW__CORE__DAGS_FOLDER"]) / "incr_games.py").write_text(
         "# Airflow DAG for the test program (DagBag safe mode wants both words)\n"
         "from pathlib import Path\n"
         "from incr.orchestration.dags import program_dags\n"
-        f"globals().update(program_dags(Path({str(programs)!r}), {str(landing)!r}, {str(warehouse)!r}))\n")
+        f"globals().update(program_dags(Path({str(tmp_path)!r}), {str(landing)!r}, {str(warehouse)!r}))\n")
+    return program, landing, warehouse
 
 
 @pytest.mark.airflow
 def test_dag_run_maintains_views_and_fails_on_a_rejected_batch(airflow_home, spark, tmp_path):
     from incr.orchestration.dags import program_dag
 
-    program = tmp_path / "games.sql"
-    program.write_text(PROGRAM)
-    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    _dag_file(tmp_path, landing, warehouse)
+    program, landing, warehouse = _games(tmp_path)
     dag = program_dag(program, str(landing), str(warehouse))
     assert dag.dag_id == "incr_games"
     assert {t.task_id for t in dag.tasks} == {"prepare", "apply_scores", "apply_best", "finish",
@@ -153,10 +154,8 @@ def test_backfill_dag_builds_views_from_a_history_folder_in_slices(airflow_home,
     from incr.orchestration.dags import backfill_dag, program_dag
     from incr.runtime.pipeline import Pipeline
 
-    program = tmp_path / "games.sql"
-    program.write_text(PROGRAM)
-    landing, warehouse, history = tmp_path / "landing", tmp_path / "warehouse", tmp_path / "history"
-    _dag_file(tmp_path, landing, warehouse)
+    program, landing, warehouse = _games(tmp_path)
+    history = tmp_path / "history"
     old = pa.table({"who": [f"p{i % 7}" for i in range(4000)], "pts": list(range(4000))},
                    schema=SCHEMA)
     (history / "e").mkdir(parents=True)
@@ -191,10 +190,7 @@ def test_a_scheduled_run_gives_way_to_a_running_backfill(airflow_home, spark, tm
     from incr.orchestration.dags import program_dag
     from incr.runtime.pipeline import BACKFILL_MARKER, Pipeline
 
-    program = tmp_path / "games.sql"
-    program.write_text(PROGRAM)
-    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
-    _dag_file(tmp_path, landing, warehouse)
+    program, landing, warehouse = _games(tmp_path)
     _land(landing, "001.csv", [{"who": "ann", "pts": 3}])
     pipeline = Pipeline(compile_program(program), landing, warehouse, spark=spark)
     pipeline.meta.mkdir(parents=True)
