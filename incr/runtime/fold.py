@@ -23,7 +23,9 @@ Per stage and batch:
      stage): no state of its own, its outbox is h(Δ⁺) − h(Δ⁻); a streaming stage without a
      join is *virtual*: not even an outbox, its readers compute its change as a view.
 
-3. The side tables of the changed inputs are updated with a signed MERGE (⊗±).
+3. The side tables of the changed inputs are updated with a signed MERGE (⊗±); a large one
+   (:meth:`~incr.runtime.state.ViewState.vectors`) by deletion vectors instead, its touched
+   rows' new counts computed as ``old ⊗̂ h(Δ)`` (:meth:`Fold._signed_by_vectors`).
 
 Every query comes from the compiler (:mod:`incr.compiler.sqlgen`, printed by
 ``incr explain``); this module only names intermediate results and sequences the steps.
@@ -188,6 +190,9 @@ class Fold:
             else:
                 self._combine_merge(stage, pending, delta, batch, outbox)
         for table in pending_sides:
+            if self.state.vectors(table):
+                self._signed_by_vectors(stage, table, changes[table.side_of][0], batch)
+                continue
             t0 = time.perf_counter()
             rows = self._collect(self.plan.h_query(table.name, changes[table.side_of][0]), table.name)
             t1 = time.perf_counter()
@@ -368,6 +373,29 @@ class Fold:
                 touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
             self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
             faults.crash_point("view.after_merge", batch)
+
+    def _signed_by_vectors(self, stage: StagePlan, table: StateTable, change: str,
+                           batch: int) -> None:
+        """⊗± into a large side table by deletion vectors: the new rows of the keys h(Δ)
+        reaches are ``old ⊗̂ h(Δ)`` (the compiled diffusion, signed counts added), and they
+        replace the old ones as ⊗= does for main tables (:meth:`ViewState.replace_by_vectors`);
+        a row whose count reaches 0 is only deleted.  The signed MERGE would copy every
+        file a key of the change may be in: with join keys spread over the key range, all."""
+        t0 = time.perf_counter()
+        h = self._view(f"hs_{table.name}", self.plan.h_query(table.name, change), cache=True,
+                       table=table.name)
+        keys = self._view(f"touched_{table.name}", render_touched_keys(table, h, h), cache=True)
+        old = self._view(f"old_{table.name}",
+                         render_old_rows(table, self._touched_state(table, keys), keys), cache=True)
+        diffuse = next(s for s in stage.diffuse if s.table == table.name)
+        new = self._view(f"new_{table.name}", render_combined(table, diffuse, None, old, h, None),
+                         cache=True)
+        changed = self._view(f"changed_{table.name}", render_changed_rows(table, new, h, h))
+        rows = self._collect(render_all(changed), table.name)
+        live = self._collect(render_live_rows(table, changed), table.name)
+        t1 = time.perf_counter()
+        touched = self.state.replace_by_vectors(table, rows, live, batch)
+        self._record(table.name, rows.num_rows, t1 - t0, time.perf_counter() - t1, touched)
 
     def _touched_state(self, table: StateTable, touched_keys: str,
                        touched_as: str | None = None) -> str:

@@ -51,7 +51,7 @@ from incr.compiler.plan import BUCKET
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
 from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES
 from incr.errors import OutOfRangeError, StorageError
-from incr.runtime import deletion, deltalog
+from incr.runtime import deletion, deltalog, lookup
 
 APP_ID = "incr"
 #: Commit metadata naming the batch a commit belongs to (answer tables carry it).
@@ -105,6 +105,9 @@ class DeltaStore:
     def __init__(self) -> None:
         self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
         self._adds: dict[str, tuple[int, dict[str, dict[str, Any]], tuple[int, int] | None]] = {}
+        #: The last :meth:`read_matching` of a table with deletion vectors on one column:
+        #: (version, what it matched, the rows with their positions).
+        self._found: dict[str, tuple[int, lookup.Wanted, lookup.Found]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -202,7 +205,7 @@ class DeltaStore:
     def forget(self, path: str | Path) -> None:
         """Drops kept tables at or under ``path`` (after removing them)."""
         root = str(path)
-        for kept in (self._open, self._adds):
+        for kept in (self._open, self._adds, self._found):
             for key in [k for k in kept if k == root or k.startswith(root.rstrip("/") + "/")]:
                 del kept[key]
 
@@ -299,6 +302,13 @@ class DeltaStore:
         if partitions == [] or not matching:
             return pa.schema(dt.schema().to_arrow()).empty_table()
         schema = pa.schema(dt.schema().to_arrow())
+        if has_deletion_vectors(dt):
+            wanted = [lookup.Wanted(c, v, schema.field(c).type) for c, v in matching.items()]
+            found = lookup.find(Path(path), self.live_adds(path), schema, wanted,
+                                _VectorReader(dt, Path(path)), buckets=buckets, bucket=BUCKET)
+            if buckets is None and len(wanted) == 1:  # for the MERGE that deletes them
+                self._found[str(path)] = (dt.version(), wanted[0], found)
+            return found.rows
         wanted = None
         # Arrow's scan prunes row groups by statistics only where that is right: integer keys.
         # Float statistics leave NaN out (NaN rows would be skipped), and delta-rs gives
@@ -512,12 +522,14 @@ class DeltaStore:
             raise _failed(f"enabling deletion vectors on the Delta table at {path}", path, e) from e
 
     def matched_rows(self, path: str | Path, keys: pa.Table) -> dict[str, np.ndarray]:
-        """The positions of the current rows whose columns ``keys.column_names`` equal (NULL
-        equal to NULL) those of a row of ``keys``, by the file's path in the table's log.
+        """The positions of the current live rows whose columns ``keys.column_names`` equal
+        (NULL equal to NULL) those of a row of ``keys``, by the file's path in the table's log.
 
-        Only the files whose statistics of the first key column may hold one of its values
-        are read, and only their key columns; rows already deleted may be among the
-        positions (a deletion vector takes them again as it is).
+        When the last :meth:`read_matching` of the table, at this version, read the rows of
+        every value ``keys`` has in its first column, those rows (kept with their positions)
+        are all that is searched.  Otherwise only the files and row groups whose statistics
+        of the first key column may hold one of its values are read, and only their key
+        columns (:func:`~incr.runtime.lookup.find`).
         """
         import duckdb
 
@@ -526,38 +538,48 @@ class DeltaStore:
         dt = self.table(path)
         root = Path(path)
         column = keys.column_names[0]
-        names = [n for n, hit in self._reached(dt, column, keys.column(column)) if hit]
-        if not names:
+        schema = pa.schema(dt.schema().to_arrow())
+        wanted = lookup.Wanted(column, keys.column(column), schema.field(column).type)
+        found = self._found_before(path, dt.version(), wanted)
+        if found is None:
+            found = lookup.find(root, self.live_adds(path), schema, [wanted],
+                                _VectorReader(dt, root), columns=keys.column_names)
+        if not found.rows.num_rows:
             return {}
-        file_id, row = "incr_file__", "incr_row__"
-        while file_id in keys.column_names or row in keys.column_names:
-            file_id, row = file_id + "_", row + "_"
-        parts = []
-        for i, name in enumerate(names):
-            part = pq.read_table(root / unquote(name), columns=keys.column_names)
-            n = part.num_rows
-            parts.append(part.cast(keys.schema)
-                         .append_column(file_id, pa.array(np.full(n, i, dtype=np.int32)))
-                         .append_column(row, pa.array(np.arange(n, dtype=np.int64))))
-        rows = pa.concat_tables(parts)
-        quoted = ['"' + c.replace('"', '""') + '"' for c in keys.column_names]
-        on = " AND ".join(f"f.{q} IS NOT DISTINCT FROM k.{q}" for q in quoted)
-        con = duckdb.connect()
-        try:
-            con.register("incr_rows", rows)
-            con.register("incr_keys", keys)
-            found = con.execute(f'SELECT f."{file_id}", f."{row}" FROM incr_rows AS f SEMI JOIN '
-                                f"incr_keys AS k ON {on} ORDER BY 1, 2").fetch_arrow_table()
-        finally:
-            con.close()
-        files_of = found.column(0).to_numpy()
-        rows_of = found.column(1).to_numpy()
-        starts = np.flatnonzero(np.r_[True, files_of[1:] != files_of[:-1]]) if len(files_of) else []
-        out: dict[str, np.ndarray] = {}
-        for i, start in enumerate(starts):
-            end = starts[i + 1] if i + 1 < len(starts) else len(files_of)
-            out[names[int(files_of[start])]] = rows_of[start:end].astype(np.int64)
-        return out
+        keep = wanted.mask(found.rows.column(column))
+        if keys.num_columns > 1 and keep.any():
+            index = "incr_row__"
+            while index in keys.column_names:
+                index += "_"
+            candidates = (found.rows.select(keys.column_names).cast(keys.schema)
+                          .append_column(index, pa.array(np.arange(found.rows.num_rows))))
+            quoted = ['"' + c.replace('"', '""') + '"' for c in keys.column_names]
+            on = " AND ".join(f"f.{q} IS NOT DISTINCT FROM k.{q}" for q in quoted)
+            con = duckdb.connect()
+            try:
+                con.register("incr_rows", candidates.filter(pa.array(keep)))
+                con.register("incr_keys", keys)
+                hits = con.execute(f'SELECT f."{index}" FROM incr_rows AS f SEMI JOIN '
+                                   f"incr_keys AS k ON {on}").fetch_arrow_table()
+            finally:
+                con.close()
+            keep = np.zeros(found.rows.num_rows, dtype=bool)
+            keep[hits.column(0).to_numpy()] = True
+        return found.positions_by_file(keep)
+
+    def _found_before(self, path: str | Path, version: int,
+                      wanted: lookup.Wanted) -> lookup.Found | None:
+        """The rows the table's last :meth:`read_matching` found, when it read ``version`` on
+        ``wanted``'s column for (at least) all of its values."""
+        kept = self._found.get(str(path))
+        if kept is None:
+            return None
+        at, before, found = kept
+        if at != version or before.column != wanted.column or (wanted.has_null and not before.has_null):
+            return None
+        if len(wanted.values) and not pc.all(pc.is_in(wanted.values, value_set=before.values)).as_py():
+            return None
+        return found
 
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
         """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""
@@ -846,7 +868,8 @@ class Merge:
         for name, found in matched.items():
             old = adds[name]
             before = deleted_of(name, old)
-            after = np.union1d(before, found)
+            after = np.sort(np.concatenate([before, found]), kind="stable")  # two sorted runs
+            after = after[np.r_[True, after[1:] != after[:-1]]] if len(after) else after
             if len(after) == len(before):
                 continue
             deleted += len(after) - len(before)

@@ -6,9 +6,9 @@ from incr.config import Settings
 
 #: Answers by change with deletion vectors (the default); by change copying the files it
 #: touches, whatever they hold or only while that pays; and never (every answer rewritten
-#: whole).  State merges by deletion vectors in the first two (whatever the table's size;
-#: by default only above INCR_STATE_VECTOR_ROWS), copying files (delta-rs's MERGE of h(Δ))
-#: in the others.
+#: whole).  State merges by deletion vectors in the first two, main and join side tables
+#: alike (whatever the table's size; by default only above INCR_STATE_VECTOR_ROWS), copying
+#: files (delta-rs's MERGE of h(Δ)) in the others.
 ANSWER_CONFIGS = (
     Settings(state_vector_rows=0),
     Settings(answer_deletion_vectors=False, answer_merge_reach=1.0, state_vector_rows=0),

@@ -288,3 +288,22 @@ def test_a_vector_another_writer_stored_in_a_file_is_kept(tmp_path, monkeypatch)
     assert rows == [("k0", 0, 1.0), ("k2", 0, 2.0), ("k3", 0, 1.0), ("k5", 0, 1.0)]
     assert store.compact_files(path, ("k",), 0, small_bytes=1 << 20, deleted_share=0.25) > 0
     assert _rows(store.read(path)) == rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=400))
+def test_z85_is_the_protocols_base85(data):
+    """Z85 as ZeroMQ's spec defines it (the vectorized coder against the standard library's
+    Base85 with Z85's alphabet), and its own test vector."""
+    import base64
+
+    b85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~"
+    z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+    padded = data + b"\0" * (-len(data) % 4)
+    text = deletion.z85encode(data)
+    assert text == base64.b85encode(padded).decode().translate(str.maketrans(b85, z85))
+    assert deletion.z85decode(text, len(data)) == data
+    assert deletion.z85encode(bytes([0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B])) == "HelloWorld"
+    for bad in ("abcd", "abc d", "%%%%%"):
+        with pytest.raises(ValueError, match="Z85"):
+            deletion.z85decode(bad, 4)

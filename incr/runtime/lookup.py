@@ -1,0 +1,274 @@
+"""Rows of a Delta table found by key, with the file and position of each.
+
+A batch reads a large state table twice by key: the old rows of the groups it touches (to
+combine them with the change) and then, to mark those rows deleted, their positions in
+their files (the deletion vectors of :mod:`~incr.runtime.deletion`).  delta-rs's reader of
+a table with vectors reads every column of every file and says nowhere where a row came
+from.  Here the key column alone is read first, from the files (and, for integer keys, the
+row groups) whose statistics may hold a wanted value; every other column only of the row
+groups where a live row matched.  Each row comes with its file and position, so the MERGE
+that deletes it need not scan for it again (:class:`~incr.runtime.store.DeltaStore` keeps
+the last such read per table for that).
+
+Matching is SQL's ``IS NOT DISTINCT FROM`` on one column, as the MERGE's: NULL meets NULL,
+NaN meets NaN, and -0.0 meets 0.0 (Arrow's hash would tell the zeros apart, so floats are
+compared after adding 0.0, which turns -0.0 into 0.0).
+
+Files are read as incr writes them: Parquet whose columns carry the table's names, the
+partition columns in the ``add`` action's ``partitionValues``.  A column a file lacks (added
+to the table after it was written) reads as NULL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+
+@dataclass(frozen=True)
+class Found:
+    """Rows found by key: ``rows`` (the table's columns, or those asked for) and, per row,
+    its file (an index into ``names``, paths as the log names them) and position in it."""
+
+    names: tuple[str, ...]
+    files: np.ndarray
+    positions: np.ndarray
+    rows: pa.Table
+
+    def positions_by_file(self, keep: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The positions of the rows (those ``keep`` marks, when given), sorted, by file."""
+        files, positions = self.files, self.positions
+        if keep is not None:
+            files, positions = files[keep], positions[keep]
+        out: dict[str, np.ndarray] = {}
+        for i in np.unique(files):
+            out[self.names[int(i)]] = np.sort(positions[files == i]).astype(np.int64)
+        return out
+
+
+def comparable(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``values`` as Arrow's hash compares them the way SQL does: floats plus 0.0."""
+    if pa.types.is_floating(values.type):
+        return pc.add(values, pa.scalar(0.0, values.type))
+    return values
+
+
+def _hashable(type_: pa.DataType) -> pa.DataType:
+    """``type_``, or for a view type (delta-rs gives strings as ``string_view``) the plain
+    one, which Arrow's hash kernels take."""
+    if pa.types.is_string_view(type_):
+        return pa.string()
+    if pa.types.is_binary_view(type_):
+        return pa.binary()
+    return type_
+
+
+class Wanted:
+    """The values one column must hold: distinct, cast to the column's type, NULL apart."""
+
+    def __init__(self, column: str, values: pa.Array, type_: pa.DataType):
+        self.column = column
+        values = values.cast(_hashable(values.type)).cast(_hashable(type_))
+        present = pc.drop_null(values)
+        self.has_null = len(present) < len(values)
+        self.values = pc.unique(comparable(present))
+        self._as: dict[pa.DataType, pa.Array] = {self.values.type: self.values}
+        self.ordered = (np.sort(self.values.to_numpy(zero_copy_only=False))
+                        if pa.types.is_integer(type_) else None)
+
+    def mask(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """Which values of ``column`` are wanted, as a boolean array.
+
+        An integer column without NULLs in ascending order (a state file as compaction
+        sorts it) is searched by bisection; any other by Arrow's hash of the values.
+        """
+        if self.ordered is not None and column.null_count == 0:
+            values = column.to_numpy() if isinstance(column, pa.Array) else \
+                column.combine_chunks().to_numpy()
+            if len(values) < 2 or bool(np.all(values[1:] >= values[:-1])):
+                return _runs(values, self.ordered)
+        column = column.cast(_hashable(column.type))
+        if column.type not in self._as:  # a file's own type (large_string, say)
+            self._as[column.type] = self.values.cast(column.type)
+        hit = pc.is_in(comparable(column), value_set=self._as[column.type])
+        if self.has_null:
+            hit = pc.or_(hit, pc.is_null(column))
+        return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+    def within(self, low: Any, high: Any, nulls: int | None) -> bool:
+        """Whether a range [low, high] (with ``nulls`` NULLs) may hold a wanted value: only
+        integer ranges are trusted (float statistics leave NaN out; string ones may be
+        truncated); any other, or a missing bound, may."""
+        if self.has_null and (nulls is None or nulls > 0):
+            return True
+        if self.ordered is None or low is None or high is None:
+            return True
+        i = int(np.searchsorted(self.ordered, low, side="left"))
+        return i < len(self.ordered) and self.ordered[i] <= high
+
+
+def _runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Where the ascending ``values`` equal one of the ascending distinct ``wanted``."""
+    low = np.searchsorted(values, wanted, side="left")
+    high = np.searchsorted(values, wanted, side="right")
+    reached = high > low
+    low, lengths = low[reached], (high - low)[reached]
+    mask = np.zeros(len(values), dtype=bool)
+    if len(lengths):
+        before = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        mask[np.repeat(low - before, lengths) + np.arange(int(lengths.sum()))] = True
+    return mask
+
+
+def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
+         wanted: Iterable[Wanted],
+         deleted: Callable[[str, Mapping[str, Any]], np.ndarray], *,
+         buckets: Iterable[int] | None = None, bucket: str | None = None,
+         columns: Iterable[str] | None = None) -> Found:
+    """The live rows of the files ``adds`` (the table's current ``add`` actions by path)
+    whose value of some ``wanted`` column is one of its values.
+
+    Args:
+        root: the table's directory.
+        schema: the table's schema (partition columns included).
+        deleted: the positions a file's deletion vector deletes, from its ``add``: those
+            rows are left out.
+        buckets: only files of these values of the partition column ``bucket``.
+        columns: the columns of the rows returned (default: all of ``schema``).
+    """
+    wanted = list(wanted)
+    out_schema = pa.schema([schema.field(c) for c in columns]) if columns is not None else schema
+    only = None if buckets is None else {str(int(b)) for b in buckets}
+    names: list[str] = []
+    parts: list[pa.Table] = []
+    files: list[np.ndarray] = []
+    positions: list[np.ndarray] = []
+    for name in sorted(adds):
+        add = adds[name]
+        values = add.get("partitionValues") or {}
+        if only is not None and bucket is not None and values.get(bucket) not in only:
+            continue
+        if not _file_may_hold(add, wanted):
+            continue
+        file = pq.ParquetFile(root / unquote(name))
+        hit, keys = _matches(file, wanted)
+        if len(hit):
+            live = ~np.isin(hit, deleted(name, add), assume_unique=True)
+            hit = hit[live]
+            keys = keys.filter(pa.array(live)) if keys.num_columns else keys
+        if not len(hit):
+            continue
+        names.append(name)
+        parts.append(_rows_at(file, hit, keys, out_schema, values))
+        files.append(np.full(len(hit), len(names) - 1, dtype=np.int32))
+        positions.append(hit)
+    return Found(tuple(names),
+                 np.concatenate(files) if files else np.array([], np.int32),
+                 np.concatenate(positions) if positions else np.array([], np.int64),
+                 pa.concat_tables(parts) if parts else out_schema.empty_table())
+
+
+def _file_may_hold(add: Mapping[str, Any], wanted: list[Wanted]) -> bool:
+    """Whether the file's log statistics leave room for a wanted value of some column."""
+    try:
+        stats = json.loads(add.get("stats") or "{}")
+    except ValueError:
+        return True
+    lows, highs = stats.get("minValues") or {}, stats.get("maxValues") or {}
+    nulls = stats.get("nullCount") or {}
+    return any(w.within(lows.get(w.column), highs.get(w.column), nulls.get(w.column))
+               for w in wanted)
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """``table`` with view-typed columns (a file delta-rs wrote from string_view data)
+    as plain ones, which Arrow can take and filter."""
+    plain = pa.schema([f.with_type(_hashable(f.type)) for f in table.schema])
+    return table if plain == table.schema else table.cast(plain)
+
+
+def _group_starts(meta: pq.FileMetaData) -> np.ndarray:
+    """The position of each row group's first row, and the file's row count last."""
+    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+
+def _matches(file: pq.ParquetFile, wanted: list[Wanted]) -> tuple[np.ndarray, pa.Table]:
+    """Positions (in the file, ascending) of the rows holding a wanted value, live or not,
+    and those rows' wanted columns the file has."""
+    meta = file.metadata
+    present = set(file.schema_arrow.names)
+    looked = [w for w in wanted if w.column in present]
+    if any(w.has_null and w.column not in present for w in wanted):
+        groups = list(range(meta.num_row_groups))  # a column it lacks is NULL in every row
+        everything = True
+    else:
+        groups = [g for g in range(meta.num_row_groups) if _group_may_hold(meta, g, looked)]
+        everything = False
+    data = _plain(file.read_row_groups(groups, columns=[w.column for w in looked], use_threads=True))
+    if everything:
+        mask = np.ones(data.num_rows, dtype=bool)
+    else:
+        mask = np.zeros(data.num_rows, dtype=bool)
+        for w in looked:
+            mask |= w.mask(data.column(w.column))
+    local = np.flatnonzero(mask)
+    starts = _group_starts(meta)
+    chosen = np.array(groups, dtype=np.int64)
+    read_starts = np.concatenate([[0], np.cumsum(starts[chosen + 1] - starts[chosen])]).astype(np.int64)
+    which = np.searchsorted(read_starts, local, side="right") - 1
+    return (starts[chosen][which] + local - read_starts[which]).astype(np.int64), \
+        data.take(pa.array(local, pa.int64()))
+
+
+def _group_may_hold(meta: pq.FileMetaData, group: int, wanted: list[Wanted]) -> bool:
+    """Whether a row group's statistics leave room for a wanted value of some column."""
+    row_group = meta.row_group(group)
+    names = [row_group.column(i).path_in_schema for i in range(row_group.num_columns)]
+    for w in wanted:
+        stats = row_group.column(names.index(w.column)).statistics if w.column in names else None
+        if stats is None or not stats.has_min_max:
+            return True
+        if w.within(stats.min, stats.max, stats.null_count if stats.has_null_count else None):
+            return True
+    return False
+
+
+def _rows_at(file: pq.ParquetFile, hit: np.ndarray, keys: pa.Table, schema: pa.Schema,
+             partition_values: Mapping[str, str | None]) -> pa.Table:
+    """The rows at positions ``hit`` (ascending) of the file, in ``schema``; ``keys``: their
+    columns already read.  Only the row groups holding them are read, only for the other
+    columns; partition columns come from the ``add`` action."""
+    stored = set(file.schema_arrow.names)
+    read = [f.name for f in schema if f.name in stored and f.name not in partition_values
+            and f.name not in keys.column_names]
+    data = None
+    if read:
+        starts = _group_starts(file.metadata)
+        of = np.searchsorted(starts, hit, side="right") - 1
+        groups = np.unique(of)
+        data = _plain(file.read_row_groups(groups.tolist(), columns=read, use_threads=True))
+        read_starts = np.concatenate([[0], np.cumsum(starts[groups + 1] - starts[groups])])
+        data = data.take(pa.array(read_starts[np.searchsorted(groups, of)] + hit - starts[of]))
+    columns = []
+    for f in schema:
+        if f.name in partition_values:
+            value = partition_values[f.name]
+            columns.append(pa.array([value] * len(hit), pa.string()).cast(f.type)
+                           if value is not None else pa.nulls(len(hit), f.type))
+        elif f.name in keys.column_names:
+            columns.append(keys.column(f.name).cast(f.type))
+        elif data is not None and f.name in data.column_names:
+            columns.append(data.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.nulls(len(hit), f.type))
+    return pa.table(columns, schema=schema)
