@@ -287,7 +287,8 @@ def _schema(table: StateTable, stage: StagePlan, stored: Mapping[str, str] | Non
             rows.append(f"{typed(col, typ)} {v.describe()}")
     vanish = "rows whose _n reaches 0 are deleted" if table.vanishes else \
         "the single global row stays (an empty input still answers one row)"
-    rows.append(f"-- sorted by θ within buckets; {vanish}")
+    order = "θ" if table.side_of is None else ", ".join(table.sort_columns)
+    rows.append(f"-- sorted by {order} within buckets; {vanish}")
     rows.append("-- types as stored by the last run" if stored else
                 "-- types inferred (`incr explain --warehouse W` shows those a run stored)")
     return "\n".join(rows)

@@ -99,6 +99,17 @@ class StateTable:
         return tuple(k.name for k in self.keys) + extra + tuple(k.name for k in self.row_keys)
 
     @property
+    def sort_columns(self) -> tuple[str, ...]:
+        """The key columns in the order a file of the table is sorted by.
+
+        The bucket's columns first (a side table's join key, by which a change looks its
+        rows up), then the others (for a main table, θ's order either way).
+        """
+        keys = self.key_columns
+        first = tuple(c for c in self.bucket_columns if c in keys)
+        return first + tuple(c for c in keys if c not in first)
+
+    @property
     def value_columns(self) -> tuple[str, ...]:
         """Columns holding monoid elements, in table order."""
         return tuple(c for v in self.values for c in v.columns)

@@ -312,19 +312,20 @@ class AnswerTable:
     def _touched_views(self, engine: Engine, groups: pa.Table, buckets: list[int]) -> dict[str, str]:
         """Each main state table restricted to the rows of ``groups`` (read from ``buckets``).
 
-        On the driver only the state rows whose first key is one of the groups' are read (a
-        filtered scan), so the driver holds the touched groups' rows, not their buckets:
-        a batch of keys spread over the whole key range reaches every bucket.
+        On the driver only the state rows whose θ columns each hold one of the groups'
+        values are read (a filtered scan), so the driver holds about the touched groups'
+        rows, not their buckets: a batch of keys spread over the whole key range reaches
+        every bucket.
         """
         prefix = f"incr_{self.plan.view}_"
         keys = engine.table(f"{prefix}touched", groups)
         views = {}
         for t in self.plan.main_tables:
-            first = t.keys[0].name if t.keys else None
-            matching = ({first: groups.column(first)}
-                        if engine.name == DRIVER and first in groups.column_names else None)
+            theta = [k.name for k in t.keys if k.name in groups.column_names]
+            matching = ({c: groups.column(c) for c in theta}
+                        if engine.name == DRIVER and theta else None)
             state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets,
-                                 matching=matching)
+                                 matching=matching, every=True)
             views[t.name] = engine.view(f"{prefix}touched_{t.name}",
                                         render_old_rows(t, state, keys))
         return views

@@ -67,14 +67,15 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
-              matching: Mapping[str, pa.Array] | None = None) -> str:
+              matching: Mapping[str, pa.Array] | None = None, every: bool = False) -> str:
         """Registers the current version of the Delta table at ``path`` as ``name``.
 
         ``buckets``: only those ``_bucket`` partitions (the part a batch's keys reach); the
         whole table when None or when the table is not partitioned by bucket.
         ``matching``: the caller only needs rows whose column ``c`` holds one of
-        ``matching[c]`` for some ``c`` (a side table that a change joins); an engine may
-        register just those or more.
+        ``matching[c]`` for some ``c`` (a side table that a change joins), or with ``every``
+        for every ``c`` (the groups a batch touched); an engine may register just those or
+        more.
         """
 
     @abc.abstractmethod

@@ -400,18 +400,28 @@ class Fold:
     def _touched_state(self, table: StateTable, touched_keys: str,
                        touched_as: str | None = None) -> str:
         """``table`` as the old rows of the touched groups are read from it: on the driver
-        only the rows whose first key is a touched one (a filtered scan), so a batch whose
-        keys are spread over a large state reads their rows, not the state; whole otherwise
-        (Spark's join reads what it needs).  ``touched_as``: that key's name in
-        ``touched_keys`` when it differs (a kept table names θ apart)."""
+        only the rows whose θ columns each hold one of the touched groups' values (a
+        filtered scan), so a batch whose keys are spread over a large state reads about
+        their rows, not the state; whole otherwise (Spark's join reads what it needs).
+
+        Every column of θ narrows the read: a side table's first one may be a value the
+        change's rows share with most others, its join key not.  ``touched_as``: the first
+        key's name in ``touched_keys`` when it differs (a kept table names θ apart; then
+        only that key narrows it).
+        """
         if self.engine.name != DRIVER or not table.keys:
             return self._state(table.name)
-        first = table.keys[0].name
-        column = touched_as or first
-        field = self.state.schema(table.name).field(first).with_name(column)
-        values = self.engine.collect(render_values(touched_keys, column), pa.schema([field]))
+        schema = self.state.schema(table.name)
+        theta = {k.name for k in table.keys}
+        named = ({table.keys[0].name: touched_as} if touched_as is not None
+                 else {c: c for c in table.sort_columns if c in theta})
+        matching = {}
+        for column, there in named.items():
+            field = schema.field(column).with_name(there)
+            values = self.engine.collect(render_values(touched_keys, there), pa.schema([field]))
+            matching[column] = values.column(0).combine_chunks()
         return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
-                                 matching={first: values.column(0).combine_chunks()})
+                                 matching=matching, every=True)
 
     def _note_touched(self, stage: StagePlan, table: StateTable, rows: pa.Table) -> None:
         """Keeps the groups of the view's own stage that ``rows`` (about to be merged into

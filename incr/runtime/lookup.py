@@ -133,9 +133,9 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
          wanted: Iterable[Wanted],
          deleted: Callable[[str, Mapping[str, Any]], np.ndarray], *,
          buckets: Iterable[int] | None = None, bucket: str | None = None,
-         columns: Iterable[str] | None = None) -> Found:
+         columns: Iterable[str] | None = None, every: bool = False) -> Found:
     """The live rows of the files ``adds`` (the table's current ``add`` actions by path)
-    whose value of some ``wanted`` column is one of its values.
+    whose value of some ``wanted`` column (of every one, with ``every``) is one of its values.
 
     Args:
         root: the table's directory.
@@ -157,10 +157,10 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
         values = add.get("partitionValues") or {}
         if only is not None and bucket is not None and values.get(bucket) not in only:
             continue
-        if not _file_may_hold(add, wanted):
+        if not _file_may_hold(add, wanted, every):
             continue
         file = pq.ParquetFile(root / unquote(name))
-        hit, keys = _matches(file, wanted)
+        hit, keys = _matches(file, wanted, every)
         if len(hit):
             live = ~np.isin(hit, deleted(name, add), assume_unique=True)
             hit = hit[live]
@@ -177,19 +177,20 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
                  pa.concat_tables(parts) if parts else out_schema.empty_table())
 
 
-def _file_may_hold(add: Mapping[str, Any], wanted: list[Wanted]) -> bool:
-    """Whether the file's log statistics leave room for a wanted value of some column."""
+def _file_may_hold(add: Mapping[str, Any], wanted: list[Wanted], every: bool) -> bool:
+    """Whether the file's log statistics leave room for a wanted value of some column (of
+    every column, with ``every``)."""
     try:
         stats = json.loads(add.get("stats") or "{}")
     except ValueError:
         return True
     lows, highs = stats.get("minValues") or {}, stats.get("maxValues") or {}
     nulls = stats.get("nullCount") or {}
-    return any(w.within(lows.get(w.column), highs.get(w.column), nulls.get(w.column))
-               for w in wanted)
+    room = (w.within(lows.get(w.column), highs.get(w.column), nulls.get(w.column)) for w in wanted)
+    return all(room) if every else any(room)
 
 
-def _plain(table: pa.Table) -> pa.Table:
+def plain(table: pa.Table) -> pa.Table:
     """``table`` with view-typed columns (a file delta-rs wrote from string_view data)
     as plain ones, which Arrow can take and filter."""
     plain = pa.schema([f.with_type(_hashable(f.type)) for f in table.schema])
@@ -202,25 +203,39 @@ def _group_starts(meta: pq.FileMetaData) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
 
 
-def _matches(file: pq.ParquetFile, wanted: list[Wanted]) -> tuple[np.ndarray, pa.Table]:
-    """Positions (in the file, ascending) of the rows holding a wanted value, live or not,
-    and those rows' wanted columns the file has."""
+def _matches(file: pq.ParquetFile, wanted: list[Wanted],
+             every: bool) -> tuple[np.ndarray, pa.Table]:
+    """Positions (in the file, ascending) of the rows holding a wanted value (in some column;
+    in every one, with ``every``), live or not, and those rows' wanted columns the file has.
+
+    A column the file lacks is NULL in every row of it.
+    """
     meta = file.metadata
     present = set(file.schema_arrow.names)
     looked = [w for w in wanted if w.column in present]
-    if any(w.has_null and w.column not in present for w in wanted):
-        groups = list(range(meta.num_row_groups))  # a column it lacks is NULL in every row
-        everything = True
+    # a column the file lacks matches every row when NULL is wanted, none otherwise
+    nulls_wanted = [w.has_null for w in wanted if w.column not in present]
+    if every and not all(nulls_wanted):
+        everything, groups = False, []
+    elif (every and not looked) or (not every and any(nulls_wanted)):
+        everything, groups = True, list(range(meta.num_row_groups))
     else:
-        groups = [g for g in range(meta.num_row_groups) if _group_may_hold(meta, g, looked)]
         everything = False
-    data = _plain(file.read_row_groups(groups, columns=[w.column for w in looked], use_threads=True))
-    if everything:
-        mask = np.ones(data.num_rows, dtype=bool)
-    else:
-        mask = np.zeros(data.num_rows, dtype=bool)
+        groups = [g for g in range(meta.num_row_groups) if _group_may_hold(meta, g, looked, every)]
+    data = plain(file.read_row_groups(groups, columns=[w.column for w in looked], use_threads=True))
+    mask = np.full(data.num_rows, every or everything, dtype=bool)
+    if not everything:
         for w in looked:
-            mask |= w.mask(data.column(w.column))
+            if not every:
+                mask |= w.mask(data.column(w.column))
+                continue
+            # each column only over the rows the columns before it left (the first, sorted
+            # in a compacted file, is searched by bisection; the rest among few rows)
+            left = np.flatnonzero(mask)
+            if len(left) == len(mask):
+                mask = w.mask(data.column(w.column))
+            elif len(left):
+                mask[left] = w.mask(data.column(w.column).take(pa.array(left)))
     local = np.flatnonzero(mask)
     starts = _group_starts(meta)
     chosen = np.array(groups, dtype=np.int64)
@@ -230,17 +245,17 @@ def _matches(file: pq.ParquetFile, wanted: list[Wanted]) -> tuple[np.ndarray, pa
         data.take(pa.array(local, pa.int64()))
 
 
-def _group_may_hold(meta: pq.FileMetaData, group: int, wanted: list[Wanted]) -> bool:
-    """Whether a row group's statistics leave room for a wanted value of some column."""
+def _group_may_hold(meta: pq.FileMetaData, group: int, wanted: list[Wanted], every: bool) -> bool:
+    """Whether a row group's statistics leave room for a wanted value of some column (of
+    every column, with ``every``)."""
     row_group = meta.row_group(group)
     names = [row_group.column(i).path_in_schema for i in range(row_group.num_columns)]
+    room = []
     for w in wanted:
         stats = row_group.column(names.index(w.column)).statistics if w.column in names else None
-        if stats is None or not stats.has_min_max:
-            return True
-        if w.within(stats.min, stats.max, stats.null_count if stats.has_null_count else None):
-            return True
-    return False
+        room.append(stats is None or not stats.has_min_max or
+                    w.within(stats.min, stats.max, stats.null_count if stats.has_null_count else None))
+    return all(room) if every else any(room)
 
 
 def _rows_at(file: pq.ParquetFile, hit: np.ndarray, keys: pa.Table, schema: pa.Schema,
@@ -256,7 +271,7 @@ def _rows_at(file: pq.ParquetFile, hit: np.ndarray, keys: pa.Table, schema: pa.S
         starts = _group_starts(file.metadata)
         of = np.searchsorted(starts, hit, side="right") - 1
         groups = np.unique(of)
-        data = _plain(file.read_row_groups(groups.tolist(), columns=read, use_threads=True))
+        data = plain(file.read_row_groups(groups.tolist(), columns=read, use_threads=True))
         read_starts = np.concatenate([[0], np.cumsum(starts[groups + 1] - starts[groups])])
         data = data.take(pa.array(read_starts[np.searchsorted(groups, of)] + hit - starts[of]))
     columns = []

@@ -135,7 +135,7 @@ class ViewState:
                 index disagree, and the view must be rebuilt.
         """
         path = self.path(table.name)
-        sort_by = (BUCKET, *table.key_columns)
+        sort_by = (BUCKET, *table.sort_columns)
         if kind == INSERT and rows.num_rows and self.store.is_empty(path):
             # state ⊗ h(ΔS) with an empty state is h(ΔS) itself.
             self.store.append(path, rows.sort_by([(c, "ascending") for c in sort_by]), batch=batch)
@@ -228,7 +228,7 @@ class ViewState:
         if not self.is_empty(table.name):
             raise StorageError(f"view {self.plan.view}: state table {table.name} holds rows; "
                                f"h(ΔS) must be merged into it, not appended")
-        return engine.write(path, rows, mode="append", batch=batch, sort_by=table.key_columns)
+        return engine.write(path, rows, mode="append", batch=batch, sort_by=table.sort_columns)
 
     def compact(self, table: StateTable) -> bool:
         """Rewrites ``table`` sorted once it has too many files for its own bucket count; a
@@ -240,7 +240,7 @@ class ViewState:
         brings a large state to the driver; a smaller one by delta-rs on the driver.
         """
         path = self.path(table.name)
-        sort_by = (BUCKET, *table.key_columns)
+        sort_by = (BUCKET, *table.sort_columns)
         if has_deletion_vectors(self.store.table(path)):
             return self.store.compact_files(path, sort_by, COMPACT_FILES_PER_BUCKET) > 0
         limit = COMPACT_FILES_PER_BUCKET * self.plan.stage_of(table.name).buckets_of(table.name)

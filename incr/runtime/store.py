@@ -105,9 +105,9 @@ class DeltaStore:
     def __init__(self) -> None:
         self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
         self._adds: dict[str, tuple[int, dict[str, dict[str, Any]], tuple[int, int] | None]] = {}
-        #: The last :meth:`read_matching` of a table with deletion vectors on one column:
-        #: (version, what it matched, the rows with their positions).
-        self._found: dict[str, tuple[int, lookup.Wanted, lookup.Found]] = {}
+        #: The last :meth:`read_matching` of a table with deletion vectors on one column or
+        #: on every column it names: (version, what it matched, the rows with their positions).
+        self._found: dict[str, tuple[int, tuple[lookup.Wanted, ...], lookup.Found]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -286,9 +286,9 @@ class DeltaStore:
         return _rows(dt, path, partitions, columns=columns)
 
     def read_matching(self, path: str | Path, matching: Mapping[str, pa.Array],
-                      buckets: Iterable[int] | None = None) -> pa.Table:
-        """The rows whose column ``c`` holds one of ``matching[c]``, for some ``c`` (current
-        version; of ``buckets`` only, when given).
+                      buckets: Iterable[int] | None = None, every: bool = False) -> pa.Table:
+        """The rows whose column ``c`` holds one of ``matching[c]``, for some ``c`` (for every
+        ``c`` with ``every``; current version; of ``buckets`` only, when given).
 
         A filtered scan: files and row groups whose statistics exclude every value are
         skipped, and only matching rows are kept, so memory follows the matches.  A NULL
@@ -305,9 +305,10 @@ class DeltaStore:
         if has_deletion_vectors(dt):
             wanted = [lookup.Wanted(c, v, schema.field(c).type) for c, v in matching.items()]
             found = lookup.find(Path(path), self.live_adds(path), schema, wanted,
-                                _VectorReader(dt, Path(path)), buckets=buckets, bucket=BUCKET)
-            if buckets is None and len(wanted) == 1:  # for the MERGE that deletes them
-                self._found[str(path)] = (dt.version(), wanted[0], found)
+                                _VectorReader(dt, Path(path)), buckets=buckets, bucket=BUCKET,
+                                every=every)
+            if buckets is None and (every or len(wanted) == 1):  # for the MERGE that deletes them
+                self._found[str(path)] = (dt.version(), tuple(wanted), found)
             return found.rows
         wanted = None
         # Arrow's scan prunes row groups by statistics only where that is right: integer keys.
@@ -319,7 +320,7 @@ class DeltaStore:
             term = ds.field(column).isin(present)
             if values.null_count:
                 term = term | ds.field(column).is_null()
-            wanted = term if wanted is None else wanted | term
+            wanted = term if wanted is None else (wanted & term if every else wanted | term)
         return _rows(dt, path, partitions, where=wanted, pushdown=pushdown)
 
     def history(self, path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
@@ -525,11 +526,12 @@ class DeltaStore:
         """The positions of the current live rows whose columns ``keys.column_names`` equal
         (NULL equal to NULL) those of a row of ``keys``, by the file's path in the table's log.
 
-        When the last :meth:`read_matching` of the table, at this version, read the rows of
-        every value ``keys`` has in its first column, those rows (kept with their positions)
-        are all that is searched.  Otherwise only the files and row groups whose statistics
-        of the first key column may hold one of its values are read, and only their key
-        columns (:func:`~incr.runtime.lookup.find`).
+        When the last :meth:`read_matching` of the table, at this version, read every row
+        ``keys`` may match (it matched on columns of ``keys``, each for all of the values
+        ``keys`` has in it), those rows (kept with their positions) are all that is searched.
+        Otherwise only the files and row groups whose statistics of the first key column may
+        hold one of its values are read, and only their key columns
+        (:func:`~incr.runtime.lookup.find`).
         """
         import duckdb
 
@@ -540,7 +542,7 @@ class DeltaStore:
         column = keys.column_names[0]
         schema = pa.schema(dt.schema().to_arrow())
         wanted = lookup.Wanted(column, keys.column(column), schema.field(column).type)
-        found = self._found_before(path, dt.version(), wanted)
+        found = self._found_before(path, dt.version(), keys, schema)
         if found is None:
             found = lookup.find(root, self.live_adds(path), schema, [wanted],
                                 _VectorReader(dt, root), columns=keys.column_names)
@@ -551,14 +553,15 @@ class DeltaStore:
             index = "incr_row__"
             while index in keys.column_names:
                 index += "_"
-            candidates = (found.rows.select(keys.column_names).cast(keys.schema)
-                          .append_column(index, pa.array(np.arange(found.rows.num_rows))))
+            candidates = (lookup.plain(found.rows.select(keys.column_names))
+                          .append_column(index, pa.array(np.arange(found.rows.num_rows)))
+                          .filter(pa.array(keep)))
             quoted = ['"' + c.replace('"', '""') + '"' for c in keys.column_names]
             on = " AND ".join(f"f.{q} IS NOT DISTINCT FROM k.{q}" for q in quoted)
             con = duckdb.connect()
             try:
-                con.register("incr_rows", candidates.filter(pa.array(keep)))
-                con.register("incr_keys", keys)
+                con.register("incr_rows", candidates)
+                con.register("incr_keys", lookup.plain(keys))
                 hits = con.execute(f'SELECT f."{index}" FROM incr_rows AS f SEMI JOIN '
                                    f"incr_keys AS k ON {on}").fetch_arrow_table()
             finally:
@@ -567,19 +570,23 @@ class DeltaStore:
             keep[hits.column(0).to_numpy()] = True
         return found.positions_by_file(keep)
 
-    def _found_before(self, path: str | Path, version: int,
-                      wanted: lookup.Wanted) -> lookup.Found | None:
-        """The rows the table's last :meth:`read_matching` found, when it read ``version`` on
-        ``wanted``'s column for (at least) all of its values."""
+    def _found_before(self, path: str | Path, version: int, keys: pa.Table,
+                      schema: pa.Schema) -> lookup.Found | None:
+        """The rows the table's last :meth:`read_matching` found, when it read ``version``
+        on columns of ``keys``, each for (at least) all of the values ``keys`` has in it."""
         kept = self._found.get(str(path))
-        if kept is None:
+        if kept is None or kept[0] != version:
             return None
-        at, before, found = kept
-        if at != version or before.column != wanted.column or (wanted.has_null and not before.has_null):
-            return None
-        if len(wanted.values) and not pc.all(pc.is_in(wanted.values, value_set=before.values)).as_py():
-            return None
-        return found
+        for before in kept[1]:
+            if before.column not in keys.column_names:
+                return None
+            now = lookup.Wanted(before.column, keys.column(before.column),
+                                schema.field(before.column).type)
+            if now.has_null and not before.has_null:
+                return None
+            if len(now.values) and not pc.all(pc.is_in(now.values, value_set=before.values)).as_py():
+                return None
+        return kept[2]
 
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
         """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""

@@ -64,17 +64,23 @@ def vectored(tmp_path_factory):
     return _vectored(tmp_path_factory.mktemp("lookup"))
 
 
-@settings(max_examples=40, deadline=None)
-@given(column=st.sampled_from(["k", "f", "s"]), picks=st.lists(st.integers(0, 60), max_size=12),
+POOLS = {"k": KEYS + [999], "f": FLOATS + [2.5], "s": STRINGS + ["nope"]}
+
+
+@settings(max_examples=60, deadline=None)
+@given(columns=st.lists(st.sampled_from(["k", "f", "s"]), min_size=1, max_size=3, unique=True),
+       picks=st.lists(st.integers(0, 60), max_size=12), every=st.booleans(),
        buckets=st.one_of(st.none(), st.sets(st.integers(0, 2))))
-def test_rows_found_by_key_are_the_live_rows_delta_rs_reads(vectored, column, picks, buckets):
+def test_rows_found_by_key_are_the_live_rows_delta_rs_reads(vectored, columns, picks, every,
+                                                            buckets):
+    """Values of one column or several (a row matching some, or with ``every`` all of them)."""
     store, path = vectored
-    pool = {"k": KEYS + [999], "f": FLOATS + [2.5], "s": STRINGS + ["nope"]}[column]
-    values = [pool[i % len(pool)] for i in picks]
-    typ = SCHEMA.field(column).type
-    got = store.read_matching(path, {column: pa.array(values, typ)}, buckets=buckets)
+    values = {c: [POOLS[c][(i + n) % len(POOLS[c])] for i in picks] for n, c in enumerate(columns)}
+    matching = {c: pa.array(v, SCHEMA.field(c).type) for c, v in values.items()}
+    got = store.read_matching(path, matching, buckets=buckets, every=every)
     live = pa.table(DeltaTable(str(path)).scan()).to_pylist()
-    expected = [r for r in live if any(_same(r[column], v) for v in values)
+    holds = all if every else any
+    expected = [r for r in live if holds(any(_same(r[c], v) for v in values[c]) for c in columns)
                 and (buckets is None or r[BUCKET] in buckets)]
     assert sorted(r["v"] for r in got.to_pylist()) == sorted(r["v"] for r in expected)
     assert got.schema == pa.schema(DeltaTable(str(path)).schema().to_arrow())
@@ -99,6 +105,11 @@ def test_a_merge_takes_the_positions_the_last_read_found(tmp_path, monkeypatch):
     assert opened == []
     assert {n: p.tolist() for n, p in remembered.items()} == \
         {n: p.tolist() for n, p in scanned.items()}
+    # a read on every key column covers the keys too
+    store.read_matching(path, {"k": pa.array([3, 17, None], pa.int64()),
+                               "v": pa.array([4, 18, 0, 99], pa.int64())}, every=True)
+    opened.clear()
+    assert store.matched_rows(path, keys).keys() == scanned.keys() and opened == []
     # a value the read did not cover: the files are searched
     store.matched_rows(path, pa.table({"k": pa.array([4], pa.int64()), "v": pa.array([4], pa.int64())}))
     assert opened
@@ -121,7 +132,7 @@ def test_integer_statistics_skip_files_and_row_groups(tmp_path, monkeypatch):
     store.enable_deletion_vectors(path)
     reads = []
     real = lookup._matches
-    monkeypatch.setattr(lookup, "_matches", lambda f, w: reads.append(f) or real(f, w))
+    monkeypatch.setattr(lookup, "_matches", lambda f, w, e: reads.append(f) or real(f, w, e))
     got = store.read_matching(path, {"k": pa.array([1500, 1501, 99_999])})
     assert sorted(got.column("k").to_pylist()) == [1500, 1501]
     assert len(reads) == 1
@@ -138,6 +149,10 @@ def test_a_column_a_file_lacks_reads_as_null(tmp_path):
     assert sorted(got.column("k").to_pylist()) == [1, 2, 3]
     got = store.read_matching(path, {"k": pa.array([2, 3])})
     assert sorted(got.to_pylist(), key=lambda r: r["k"]) == [{"k": 2, "x": None}, {"k": 3, "x": 7}]
+    for x, found in ((None, [1]), (7, [3]), (8, [])):
+        got = store.read_matching(path, {"k": pa.array([1, 3]), "x": pa.array([x], pa.int64())},
+                                  every=True)
+        assert got.column("k").to_pylist() == found
 
 
 def test_string_keys_are_found_whatever_arrow_type_they_come_as(tmp_path):
@@ -152,3 +167,26 @@ def test_string_keys_are_found_whatever_arrow_type_they_come_as(tmp_path):
     for typ in (pa.string(), pa.large_string(), pa.string_view()):
         got = store.read_matching(path, {"who": pa.array(["bob", None, "zed"], typ)})
         assert sorted(got.column("n").to_pylist()) == [2, 3, 4]
+
+
+def test_a_merge_by_vectors_matches_string_view_keys(tmp_path):
+    """Keys of several columns, one of them a string the table types as string_view: the
+    MERGE's match (after the read that kept the rows, and without it) deletes their rows."""
+    store = DeltaStore()
+    path = tmp_path / "t"
+    schema = pa.schema([("who", pa.string_view()), ("n", pa.int64()), ("v", pa.int64())])
+    rows = pa.table({"who": pa.array(["ann", "bob", None, "bob"], pa.string_view()),
+                     "n": [1, 2, 3, 4], "v": [0, 0, 0, 0]}, schema=schema)
+    store.write(path, rows, mode="append", batch=0)
+    store.enable_deletion_vectors(path)
+    flagged = schema.append(pa.field(GONE, pa.bool_()))
+    for batch, (read_first, who, n) in enumerate([(True, "bob", 2), (False, None, 3)], start=1):
+        if read_first:
+            store.read_matching(path, {"who": pa.array([who], pa.string_view())})
+        source = pa.table({"who": pa.array([who], pa.string_view()), "n": [n], "v": [None],
+                           GONE: [True]}, schema=flagged)
+        result = (store.merge(path, source).on_groups(("who", "n"), GONE).when_matched_delete()
+                  .when_not_matched_insert_all(f"NOT s.{GONE}").with_deletion_vectors()
+                  .for_batch(batch).execute())
+        assert result.deleted == 1
+    assert sorted(store.read(path).column("n").to_pylist()) == [1, 4]
