@@ -4,15 +4,16 @@ A batch reads a large state table twice by key: the old rows of the groups it to
 combine them with the change) and then, to mark those rows deleted, their positions in
 their files (the deletion vectors of :mod:`~incr.runtime.deletion`).  delta-rs's reader of
 a table with vectors reads every column of every file and says nowhere where a row came
-from.  Here the key column alone is read first, from the files (and, for integer keys, the
-row groups) whose statistics may hold a wanted value; every other column only of the row
-groups where a live row matched.  Each row comes with its file and position, so the MERGE
-that deletes it need not scan for it again (:class:`~incr.runtime.store.DeltaStore` keeps
-the last such read per table for that).
+from.  Here the key columns alone are read first, from the files (and, for integer keys,
+the row groups) whose statistics may hold a wanted value, each further key column matched
+only where the ones before it did; every other column is read only of the row groups where
+a live row matched.  Each row comes with its file and position, so the MERGE that deletes
+it need not scan for it again (:class:`~incr.runtime.store.DeltaStore` keeps the last such
+read per table for that).
 
-Matching is SQL's ``IS NOT DISTINCT FROM`` on one column, as the MERGE's: NULL meets NULL,
-NaN meets NaN, and -0.0 meets 0.0 (Arrow's hash would tell the zeros apart, so floats are
-compared after adding 0.0, which turns -0.0 into 0.0).
+Matching is SQL's ``IS NOT DISTINCT FROM``, column by column, as the MERGE's: NULL meets
+NULL, NaN meets NaN, and -0.0 meets 0.0 (Arrow's hash would tell the zeros apart, so floats
+are compared after adding 0.0, which turns -0.0 into 0.0).
 
 Files are read as incr writes them: Parquet whose columns carry the table's names, the
 partition columns in the ``add`` action's ``partitionValues``.  A column a file lacks (added
