@@ -529,9 +529,9 @@ class DeltaStore:
         When the last :meth:`read_matching` of the table, at this version, read every row
         ``keys`` may match (it matched on columns of ``keys``, each for all of the values
         ``keys`` has in it), those rows (kept with their positions) are all that is searched.
-        Otherwise only the files and row groups whose statistics of the first key column may
-        hold one of its values are read, and only their key columns
-        (:func:`~incr.runtime.lookup.find`).
+        Otherwise only the files and row groups whose statistics may hold the keys' values
+        are read, and only their key columns, each column matched where the ones before it
+        did (:func:`~incr.runtime.lookup.find`); the tuples are then matched exactly.
         """
         import duckdb
 
@@ -539,16 +539,17 @@ class DeltaStore:
             return {}
         dt = self.table(path)
         root = Path(path)
-        column = keys.column_names[0]
         schema = pa.schema(dt.schema().to_arrow())
-        wanted = lookup.Wanted(column, keys.column(column), schema.field(column).type)
-        found = self._found_before(path, dt.version(), keys, schema)
+        wanted = [lookup.Wanted(c, keys.column(c), schema.field(c).type) for c in keys.column_names]
+        found = self._found_before(path, dt.version(), wanted)
         if found is None:
-            found = lookup.find(root, self.live_adds(path), schema, [wanted],
-                                _VectorReader(dt, root), columns=keys.column_names)
+            found = lookup.find(root, self.live_adds(path), schema, wanted,
+                                _VectorReader(dt, root), columns=keys.column_names, every=True)
         if not found.rows.num_rows:
             return {}
-        keep = wanted.mask(found.rows.column(column))
+        keep = np.ones(found.rows.num_rows, dtype=bool)
+        for w in wanted:
+            keep &= w.mask(found.rows.column(w.column))
         if keys.num_columns > 1 and keep.any():
             index = "incr_row__"
             while index in keys.column_names:
@@ -570,21 +571,19 @@ class DeltaStore:
             keep[hits.column(0).to_numpy()] = True
         return found.positions_by_file(keep)
 
-    def _found_before(self, path: str | Path, version: int, keys: pa.Table,
-                      schema: pa.Schema) -> lookup.Found | None:
+    def _found_before(self, path: str | Path, version: int,
+                      wanted: list[lookup.Wanted]) -> lookup.Found | None:
         """The rows the table's last :meth:`read_matching` found, when it read ``version``
-        on columns of ``keys``, each for (at least) all of the values ``keys`` has in it."""
+        on columns among ``wanted``'s, each for (at least) all of its values there."""
         kept = self._found.get(str(path))
         if kept is None or kept[0] != version:
             return None
+        now = {w.column: w for w in wanted}
         for before in kept[1]:
-            if before.column not in keys.column_names:
+            w = now.get(before.column)
+            if w is None or (w.has_null and not before.has_null):
                 return None
-            now = lookup.Wanted(before.column, keys.column(before.column),
-                                schema.field(before.column).type)
-            if now.has_null and not before.has_null:
-                return None
-            if len(now.values) and not pc.all(pc.is_in(now.values, value_set=before.values)).as_py():
+            if len(w.values) and not pc.all(pc.is_in(w.values, value_set=before.values)).as_py():
                 return None
         return kept[2]
 
