@@ -102,3 +102,23 @@ def commit(root: str | Path, version: int, actions: Iterable[Mapping[str, Any]])
             raise LogConflict(f"version {version} of {root} was committed by another writer") from None
     finally:
         os.unlink(temp)
+
+
+#: delta-rs's default ``delta.checkpointInterval``: a checkpoint every this many commits.
+CHECKPOINT_INTERVAL = 100
+
+
+def checkpoint_due(version: int, configuration: Mapping[str, str | None]) -> bool:
+    """Whether commit ``version`` is one after which Delta writers write a checkpoint.
+
+    delta-rs's own writers do so every ``delta.checkpointInterval`` commits (a post-commit
+    hook); a commit written by :func:`commit` must do the same, or a table that incr
+    writes by hand (every batch, with vectors) replays a log that grows with every batch
+    until the next housekeeping.  The versions are delta-rs's: the ``interval``-th commit
+    (version ``interval - 1``) and every ``interval`` after it.
+    """
+    try:
+        interval = int(configuration.get("delta.checkpointInterval") or CHECKPOINT_INTERVAL)
+    except ValueError:
+        interval = CHECKPOINT_INTERVAL
+    return interval > 0 and (version + 1) % interval == 0

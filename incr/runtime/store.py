@@ -23,6 +23,7 @@ files already moved), never read: a retry writes its own, and a full vacuum
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -692,7 +693,7 @@ class DeltaStore:
                                         "deletionVectors": "purged"},
                 "readVersion": dt.version()}
         try:
-            deltalog.commit(root, dt.version() + 1, [{"commitInfo": info}, *actions])
+            _commit_by_hand(root, dt, [{"commitInfo": info}, *actions])
         except deltalog.LogConflict as e:
             raise StorageError(f"compacting {root} failed: another writer committed to it meanwhile "
                                f"({e}); nothing was committed, the next run compacts again") from e
@@ -897,7 +898,7 @@ class Merge:
         if self._batch is not None:
             head.append({"txn": {"appId": APP_ID, "version": self._batch, "lastUpdated": now}})
         try:
-            deltalog.commit(root, dt.version() + 1, head + actions)
+            _commit_by_hand(root, dt, head + actions)
         except deltalog.LogConflict as e:
             raise StorageError(f"MERGE into {root} failed: another writer committed to it meanwhile "
                                f"({e}). Nothing of this write was committed; run again once that "
@@ -1267,6 +1268,27 @@ def _footer_stats(footer: pq.FileMetaData, schema: pa.Schema) -> str:
     if nulls:
         stats["nullCount"] = nulls
     return json.dumps(stats)
+
+
+def _commit_by_hand(root: Path, dt: DeltaTable, actions: list[dict[str, Any]]) -> None:
+    """Commits ``actions`` as the version after ``dt``'s, then writes a checkpoint when one
+    is due (:func:`~incr.runtime.deltalog.checkpoint_due`), as delta-rs's writers do.
+
+    The commit stands if its checkpoint fails (a full disk, say): a checkpoint only
+    shortens the log replay, so a warning says so and the next due one (or housekeeping)
+    writes it.
+
+    Raises:
+        deltalog.LogConflict: another writer committed that version first.
+    """
+    version = dt.version() + 1
+    deltalog.commit(root, version, actions)
+    if deltalog.checkpoint_due(version, dt.metadata().configuration):
+        try:
+            DeltaTable(str(root)).create_checkpoint()
+        except (DeltaError, OSError) as e:
+            log.warning("the checkpoint of %s at version %d failed (%s); the commit stands, "
+                        "and the next checkpoint covers it", root, version, e)
 
 
 def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:

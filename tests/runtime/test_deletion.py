@@ -307,3 +307,34 @@ def test_z85_is_the_protocols_base85(data):
     for bad in ("abcd", "abc d", "%%%%%"):
         with pytest.raises(ValueError, match="Z85"):
             deletion.z85decode(bad, 4)
+
+
+def test_commits_written_by_hand_checkpoint_when_due_and_the_checkpoint_keeps_the_vectors(tmp_path):
+    """A table incr writes by vectors every batch gets a checkpoint every
+    ``delta.checkpointInterval`` commits, as delta-rs's own writers give it; read from that
+    checkpoint, the files and their vectors are those the whole log replays to."""
+    store = DeltaStore()
+    path = tmp_path / "t"
+    _table(path, [{"k": f"k{i}", "g": 0, "v": 1.0} for i in range(300)], store)
+    DeltaTable(str(path)).alter.set_table_properties({"delta.checkpointInterval": "3"})
+    expected = {f"k{i}" for i in range(300)}
+    for batch in range(1, 8):
+        gone = [f"k{batch * 7 + j}" for j in range(3)]
+        _merge(store, path, [(k, 0) for k in gone], [{"k": f"n{batch}", "g": 0, "v": 2.0}], batch)
+        expected = (expected - set(gone)) | {f"n{batch}"}
+    version = DeltaTable(str(path)).version()
+    log = path / "_delta_log"
+    checkpoints = sorted(int(p.name.split(".")[0]) for p in log.glob("*.checkpoint.parquet"))
+    assert checkpoints and all((v + 1) % 3 == 0 for v in checkpoints)
+    assert checkpoints[-1] > version - 3  # the newest due one was written
+    from_checkpoint = deltalog.live_adds(path, version)
+    replayed = deltalog.live_adds(path, version, known=(-1, {}))
+    assert {p: a.get("deletionVector") for p, a in from_checkpoint.items()} == \
+        {p: a.get("deletionVector") for p, a in replayed.items()}
+    assert any(a.get("deletionVector") for a in from_checkpoint.values())
+    for old in sorted(log.glob("*.json"))[:checkpoints[-1]]:
+        old.unlink()  # readers must now start from the checkpoint
+    store.forget(path)
+    assert {r["k"] for r in store.read(path).to_pylist()} == expected
+    _merge(store, path, [("k100", 0), ("n1", 0)], [], 8)  # positions found from the checkpoint
+    assert {r["k"] for r in store.read(path).to_pylist()} == expected - {"k100", "n1"}
