@@ -54,6 +54,8 @@ from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES
 from incr.errors import OutOfRangeError, StorageError
 from incr.runtime import deletion, deltalog, lookup
 
+log = logging.getLogger("incr.runtime")
+
 APP_ID = "incr"
 #: Commit metadata naming the batch a commit belongs to (answer tables carry it).
 BATCH_KEY = "incr.batch"
