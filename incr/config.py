@@ -18,6 +18,8 @@ the environment.
 | INCR_ANSWER_DELETION_VECTORS | 1    | 0: a per-group answer's MERGE rewrites every file it touches      |
 | INCR_STATE_DELETION_VECTORS | 1     | 0: a state MERGE rewrites every file it touches (copy on write)   |
 | INCR_STATE_VECTOR_ROWS  | 1000000   | ... which it does anyway for a state table of at most this many rows |
+| INCR_MIRROR_ROWS        | 65536     | a file of a table with vectors this large is searched by key in a |
+|                         |           | sorted, memory-mapped copy kept beside it (0: none)               |
 | INCR_SLICE_BYTES        | 0         | a Parquet insert file larger than this (uncompressed) applies in  |
 |                         |           | slices of row groups, a batch each (0: a quarter of Spark's memory) |
 | INCR_SPARK_MASTER       | local[2]  | Spark master URL                                                  |
@@ -92,6 +94,7 @@ class Settings:
     state_deletion_vectors: bool = field(default=True,
                                          metadata={"env": "INCR_STATE_DELETION_VECTORS"})
     state_vector_rows: int = field(default=1_000_000, metadata={"env": "INCR_STATE_VECTOR_ROWS"})
+    mirror_rows: int = field(default=65_536, metadata={"env": "INCR_MIRROR_ROWS"})
     slice_bytes: int = field(default=0, metadata={"env": "INCR_SLICE_BYTES"})
     spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})

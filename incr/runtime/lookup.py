@@ -34,6 +34,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from incr.runtime import mirror
+
 
 @dataclass(frozen=True)
 class Found:
@@ -119,14 +121,8 @@ class Wanted:
 
 def _runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Where the ascending ``values`` equal one of the ascending distinct ``wanted``."""
-    low = np.searchsorted(values, wanted, side="left")
-    high = np.searchsorted(values, wanted, side="right")
-    reached = high > low
-    low, lengths = low[reached], (high - low)[reached]
     mask = np.zeros(len(values), dtype=bool)
-    if len(lengths):
-        before = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        mask[np.repeat(low - before, lengths) + np.arange(int(lengths.sum()))] = True
+    mask[mirror.equal_runs(values, wanted)] = True
     return mask
 
 
@@ -134,7 +130,8 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
          wanted: Iterable[Wanted],
          deleted: Callable[[str, Mapping[str, Any]], np.ndarray], *,
          buckets: Iterable[int] | None = None, bucket: str | None = None,
-         columns: Iterable[str] | None = None, every: bool = False) -> Found:
+         columns: Iterable[str] | None = None, every: bool = False,
+         mirror_rows: int = 0) -> Found:
     """The live rows of the files ``adds`` (the table's current ``add`` actions by path)
     whose value of some ``wanted`` column (of every one, with ``every``) is one of its values.
 
@@ -145,6 +142,9 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
             rows are left out.
         buckets: only files of these values of the partition column ``bucket``.
         columns: the columns of the rows returned (default: all of ``schema``).
+        mirror_rows: files of at least this many rows are searched in their key mirror
+            (:mod:`~incr.runtime.mirror`; written on their first search), when a wanted
+            column is an integer one; 0: every file is read as Parquet.
     """
     wanted = list(wanted)
     out_schema = pa.schema([schema.field(c) for c in columns]) if columns is not None else schema
@@ -160,16 +160,30 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
             continue
         if not _file_may_hold(add, wanted, every):
             continue
-        file = pq.ParquetFile(root / unquote(name))
-        hit, keys = _matches(file, wanted, every)
-        if len(hit):
-            live = ~np.isin(hit, deleted(name, add), assume_unique=True)
-            hit = hit[live]
-            keys = keys.filter(pa.array(live)) if keys.num_columns else keys
-        if not len(hit):
-            continue
+        copy = mirror.mirror_of(root, name, add, wanted, every, mirror_rows)
+        if copy is not None:
+            index, hit = copy.find(wanted, every)
+            live = ~np.isin(hit, deleted(name, add), assume_unique=True) if len(hit) else None
+            if live is not None and not live.all():
+                index, hit = index[live], hit[live]
+            if not len(hit):
+                continue
+            stored = [f.name for f in out_schema if f.name in copy.rows.column_names
+                      and f.name not in values]
+            part = _assemble(copy.rows.select(stored).take(pa.array(index)), len(hit),
+                             out_schema, values)
+        else:
+            file = pq.ParquetFile(root / unquote(name))
+            hit, keys = _matches(file, wanted, every)
+            if len(hit):
+                live = ~np.isin(hit, deleted(name, add), assume_unique=True)
+                hit = hit[live]
+                keys = keys.filter(pa.array(live)) if keys.num_columns else keys
+            if not len(hit):
+                continue
+            part = _rows_at(file, hit, keys, out_schema, values)
         names.append(name)
-        parts.append(_rows_at(file, hit, keys, out_schema, values))
+        parts.append(part)
         files.append(np.full(len(hit), len(names) - 1, dtype=np.int32))
         positions.append(hit)
     return Found(tuple(names),
@@ -240,7 +254,7 @@ def _matches(file: pq.ParquetFile, wanted: list[Wanted],
     local = np.flatnonzero(mask)
     starts = _group_starts(meta)
     chosen = np.array(groups, dtype=np.int64)
-    read_starts = np.concatenate([[0], np.cumsum(starts[chosen + 1] - starts[chosen])]).astype(np.int64)
+    read_starts = _read_starts(starts, chosen)
     which = np.searchsorted(read_starts, local, side="right") - 1
     return (starts[chosen][which] + local - read_starts[which]).astype(np.int64), \
         data.take(pa.array(local, pa.int64()))
@@ -267,24 +281,38 @@ def _rows_at(file: pq.ParquetFile, hit: np.ndarray, keys: pa.Table, schema: pa.S
     stored = set(file.schema_arrow.names)
     read = [f.name for f in schema if f.name in stored and f.name not in partition_values
             and f.name not in keys.column_names]
-    data = None
+    data = keys if keys.num_columns else pa.table({})  # (a table of no columns has no length)
     if read:
         starts = _group_starts(file.metadata)
         of = np.searchsorted(starts, hit, side="right") - 1
         groups = np.unique(of)
-        data = plain(file.read_row_groups(groups.tolist(), columns=read, use_threads=True))
-        read_starts = np.concatenate([[0], np.cumsum(starts[groups + 1] - starts[groups])])
-        data = data.take(pa.array(read_starts[np.searchsorted(groups, of)] + hit - starts[of]))
+        rest = plain(file.read_row_groups(groups.tolist(), columns=read, use_threads=True))
+        rest = rest.take(pa.array(_read_starts(starts, groups)[np.searchsorted(groups, of)]
+                                  + hit - starts[of]))
+        if not data.num_columns:
+            data = rest
+        for name in rest.column_names if data is not rest else ():
+            data = data.append_column(rest.field(name), rest.column(name))
+    return _assemble(data, len(hit), schema, partition_values)
+
+
+def _read_starts(starts: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Where each of the row groups ``groups`` (ascending) starts among them read together."""
+    return np.concatenate([[0], np.cumsum(starts[groups + 1] - starts[groups])]).astype(np.int64)
+
+
+def _assemble(data: pa.Table, rows: int, schema: pa.Schema,
+              partition_values: Mapping[str, str | None]) -> pa.Table:
+    """``rows`` rows in ``schema`` from the columns of ``data`` (a file's, as stored): the
+    partition columns from the ``add`` action's values, a column the file lacks NULL."""
     columns = []
     for f in schema:
         if f.name in partition_values:
             value = partition_values[f.name]
-            columns.append(pa.array([value] * len(hit), pa.string()).cast(f.type)
-                           if value is not None else pa.nulls(len(hit), f.type))
-        elif f.name in keys.column_names:
-            columns.append(keys.column(f.name).cast(f.type))
-        elif data is not None and f.name in data.column_names:
+            columns.append(pa.array([value] * rows, pa.string()).cast(f.type)
+                           if value is not None else pa.nulls(rows, f.type))
+        elif f.name in data.column_names:
             columns.append(data.column(f.name).cast(f.type))
         else:
-            columns.append(pa.nulls(len(hit), f.type))
+            columns.append(pa.nulls(rows, f.type))
     return pa.table(columns, schema=schema)

@@ -166,7 +166,7 @@ class Pipeline:
         self.warehouse = Path(warehouse)
         check_table_root(self.warehouse)
         self.engines = Engines(config, spark=spark, local_rows=local_rows)
-        self.store = store or DeltaStore()
+        self.store = store or DeltaStore(self.engines.settings.mirror_rows)
         self.meta = self.warehouse / "_incr" / compiled.name
         self.locks = Locks(self.meta / "locks", compiled.name)
         self.ledger = Ledger(self.store, self.meta / "ledger")

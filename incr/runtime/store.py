@@ -50,9 +50,9 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from incr.compiler.plan import BUCKET
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
-from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES
+from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES, settings
 from incr.errors import OutOfRangeError, StorageError
-from incr.runtime import deletion, deltalog, lookup
+from incr.runtime import deletion, deltalog, lookup, mirror
 
 log = logging.getLogger("incr.runtime")
 
@@ -105,7 +105,11 @@ class DeltaStore:
     file is no longer the one it read (the directory was removed or the table recreated).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, mirror_rows: int | None = None) -> None:
+        """``mirror_rows``: files of at least this many rows of a table with deletion vectors
+        are searched by key in a mirror (:mod:`~incr.runtime.mirror`); default
+        ``INCR_MIRROR_ROWS``, 0 for none."""
+        self.mirror_rows = settings().mirror_rows if mirror_rows is None else mirror_rows
         self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
         self._adds: dict[str, tuple[int, dict[str, dict[str, Any]], tuple[int, int] | None]] = {}
         #: The last :meth:`read_matching` of a table with deletion vectors on one column or
@@ -309,7 +313,7 @@ class DeltaStore:
             wanted = [lookup.Wanted(c, v, schema.field(c).type) for c, v in matching.items()]
             found = lookup.find(Path(path), self.live_adds(path), schema, wanted,
                                 _VectorReader(dt, Path(path)), buckets=buckets, bucket=BUCKET,
-                                every=every)
+                                every=every, mirror_rows=self.mirror_rows)
             if buckets is None and (every or len(wanted) == 1):  # for the MERGE that deletes them
                 self._found[str(path)] = (dt.version(), tuple(wanted), found)
             return found.rows
@@ -367,6 +371,7 @@ class DeltaStore:
         removed = dt.vacuum(retention_hours=math.ceil(keep_hours), dry_run=False,
                             enforce_retention_duration=False, full=True,
                             keep_versions=sorted(set(keep_versions)) or None)
+        mirror.prune(Path(path))
         self.forget(path)
         return removed
 
@@ -547,7 +552,8 @@ class DeltaStore:
         found = self._found_before(path, dt.version(), wanted)
         if found is None:
             found = lookup.find(root, self.live_adds(path), schema, wanted,
-                                _VectorReader(dt, root), columns=keys.column_names, every=True)
+                                _VectorReader(dt, root), columns=keys.column_names, every=True,
+                                mirror_rows=self.mirror_rows)
         if not found.rows.num_rows:
             return {}
         keep = np.ones(found.rows.num_rows, dtype=bool)
@@ -654,15 +660,16 @@ class DeltaStore:
         if not groups:
             return 0
         try:
-            self._rewrite_files(Path(path), dt, adds, groups, sort_by)
+            self._rewrite_files(Path(path), dt, adds, groups, sort_by, mirrors=self.mirror_rows > 0)
         except OSError as e:  # a full disk: the files written are in no version
             raise StorageError(f"compacting {path} failed: {e}") from e
         return sum(len(g) for g in groups)
 
     @staticmethod
     def _rewrite_files(root: Path, dt: DeltaTable, adds: Mapping[str, Mapping[str, Any]],
-                       groups: list[list[str]], sort_by: tuple[str, ...]) -> None:
-        """Rewrites each group of files as new files without their deleted rows (one commit)."""
+                       groups: list[list[str]], sort_by: tuple[str, ...], *, mirrors: bool) -> None:
+        """Rewrites each group of files as new files without their deleted rows (one commit),
+        with key mirrors when ``mirrors`` and the table has them."""
         partitions = tuple(dt.metadata().partition_columns)
         schema = pa.schema(dt.schema().to_arrow())
         deleted_of = _VectorReader(dt, root)
@@ -687,7 +694,7 @@ class DeltaStore:
             rows = pa.concat_tables(parts)
             if rows.num_rows and sort_by:
                 rows = rows.sort_by([(c, "ascending") for c in sort_by])
-            for add in _write_files(root, rows, schema, partitions):
+            for add in _write_files(root, rows, schema, partitions, sort_by if mirrors else ()):
                 add["add"]["dataChange"] = False
                 actions.append(add)
         info = {"timestamp": now, "operation": "OPTIMIZE", "clientVersion": "incr",
@@ -890,7 +897,8 @@ class Merge:
                                     "modificationTime": old["modificationTime"], "dataChange": True,
                                     "stats": json.dumps(stats), "deletionVector": deletion.inline(after)}})
         files_removed = len(actions) // 2
-        actions += _write_files(root, rows, target, partitions)
+        actions += _write_files(root, rows, target, partitions,
+                                self._columns if store.mirror_rows else ())
         info: dict[str, Any] = {"timestamp": now, "operation": "MERGE",
                                 "operationParameters": {"mergePredicate": self._predicate,
                                                         "deletionVectors": "inline"},
@@ -941,11 +949,13 @@ def _remove(name: str, add: Mapping[str, Any], now: int, *, data_change: bool) -
     return {"remove": action}
 
 
-def _write_files(root: Path, rows: pa.Table, schema: pa.Schema,
-                 partitions: tuple[str, ...]) -> list[dict[str, Any]]:
+def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tuple[str, ...],
+                 mirror_by: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Writes ``rows`` into the table at ``root`` as one Parquet file per partition (in its
     ``column=value`` directory, without the partition columns, as delta-rs lays them out);
-    returns their ``add`` actions, which no commit names yet."""
+    returns their ``add`` actions, which no commit names yet.  Each file gets a key mirror
+    keyed by the first integer column of ``mirror_by`` when the table has mirrors
+    (:func:`~incr.runtime.mirror.key_for_new_files`)."""
     if not rows.num_rows:
         return []
     groups: list[tuple[dict[str, str | None], pa.Table]] = [({}, rows)]
@@ -961,15 +971,18 @@ def _write_files(root: Path, rows: pa.Table, schema: pa.Schema,
             groups.append(({c: None if v is None else str(v) for c, v in key.items()},
                            rows.filter(mask).drop_columns(list(partitions))))
     data_schema = pa.schema([f for f in schema if f.name not in partitions])
+    key = mirror.key_for_new_files(root, mirror_by, data_schema)
     out = []
     for values, part in groups:
         folder = "/".join(f"{c}={_HIVE_NULL if v is None else quote(v, safe='')}"
                           for c, v in values.items())
         name = (f"{folder}/" if folder else "") + f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(part.select(data_schema.names).cast(data_schema), root / name,
-                       compression="snappy")
+        stored = part.select(data_schema.names).cast(data_schema)
+        pq.write_table(stored, root / name, compression="snappy")
         st = (root / name).stat()
+        if key is not None:
+            mirror.write_rows(root, name, st.st_size, lookup.plain(stored), key)
         out.append({"add": {"path": name, "partitionValues": values, "size": st.st_size,
                             "modificationTime": st.st_mtime_ns // 1_000_000, "dataChange": True,
                             "stats": _footer_stats(pq.read_metadata(root / name), data_schema)}})

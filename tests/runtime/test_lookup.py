@@ -41,9 +41,10 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _vectored(tmp_path: Path, rows: int = 400) -> tuple[DeltaStore, Path]:
+def _vectored(tmp_path: Path, rows: int = 400, mirror_rows: int | None = None
+              ) -> tuple[DeltaStore, Path]:
     """A table of several files and row groups per bucket, with vectors deleting some rows."""
-    store = DeltaStore()
+    store = DeltaStore(mirror_rows)
     path = tmp_path / "t"
     data = pa.Table.from_pylist([_row(i) for i in range(rows)], SCHEMA)
     for part in range(3):
@@ -59,9 +60,11 @@ def _vectored(tmp_path: Path, rows: int = 400) -> tuple[DeltaStore, Path]:
     return store, path
 
 
-@pytest.fixture(scope="module")
-def vectored(tmp_path_factory):
-    return _vectored(tmp_path_factory.mktemp("lookup"))
+@pytest.fixture(scope="module", params=[0, 1], ids=["parquet", "mirrored"])
+def vectored(tmp_path_factory, request):
+    """The table, its files searched as Parquet or (a search on an integer column) in key
+    mirrors of every file."""
+    return _vectored(tmp_path_factory.mktemp("lookup"), mirror_rows=request.param)
 
 
 POOLS = {"k": KEYS + [999], "f": FLOATS + [2.5], "s": STRINGS + ["nope"]}
