@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import numpy as np
 import pyarrow as pa
@@ -50,9 +50,35 @@ ROW = "__incr_row"
 _KEY, _SIZE, _VALUED = b"incr.key", b"incr.size", b"incr.valued"
 
 
-def path_of(root: Path, name: str) -> Path:
-    """Where the mirror of the file ``name`` (as the log names it) of the table at ``root`` is."""
-    return root / DIRECTORY / (unquote(name) + ".arrow")
+#: The file (in :data:`DIRECTORY`) listing the columns the table's mirrors are keyed by.
+_KEYS_FILE = "keys.json"
+_SEPARATOR = "@"  # between a data file's name and its mirror's key (quoted: never holds one)
+
+
+def path_of(root: Path, name: str, key: str) -> Path:
+    """Where the mirror keyed by ``key`` of the file ``name`` (as the log names it) of the
+    table at ``root`` is."""
+    return root / DIRECTORY / f"{unquote(name)}{_SEPARATOR}{quote(key, safe='')}.arrow"
+
+
+def keys_of(root: Path) -> list[str]:
+    """The columns the mirrors of the table at ``root`` are keyed by (none: it has none)."""
+    try:
+        return list(json.loads((root / DIRECTORY / _KEYS_FILE).read_text()))
+    except (OSError, ValueError):
+        return []
+
+
+def _remember(root: Path, key: str) -> None:
+    """Adds ``key`` to the table's mirror keys (written aside, then renamed)."""
+    keys = keys_of(root)
+    if key in keys:
+        return
+    folder = root / DIRECTORY
+    fd, temp = tempfile.mkstemp(prefix=".incr-keys-", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        json.dump([*keys, key], f)
+    os.replace(temp, folder / _KEYS_FILE)
 
 
 @dataclass(frozen=True)
@@ -101,17 +127,18 @@ def equal_runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def usable(wanted: list[Wanted], every: bool, columns: Iterable[str]) -> list[str]:
-    """The wanted columns a mirror may be keyed by, best first: integer columns the file has,
-    and (when any one column's match is enough) only if there is one wanted column."""
+    """The wanted columns (of ``columns``) a mirror may be keyed by, best first: integer
+    ones, and (when any one column's match is enough) only if there is one wanted column."""
     if not every and len(wanted) > 1:
         return []
     present = set(columns)
     return [w.column for w in wanted if w.ordered is not None and w.column in present]
 
 
-def open_mirror(root: Path, name: str, add: Mapping[str, Any]) -> Mirror | None:
-    """The file's mirror, or None when it has none that matches the file the log names."""
-    path = path_of(root, name)
+def open_mirror(root: Path, name: str, add: Mapping[str, Any], key: str) -> Mirror | None:
+    """The file's mirror keyed by ``key``, or None when it has none that matches the file
+    the log names."""
+    path = path_of(root, name, key)
     try:
         rows = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
     except FileNotFoundError:
@@ -120,9 +147,9 @@ def open_mirror(root: Path, name: str, add: Mapping[str, Any]) -> Mirror | None:
         log.info("the key mirror %s is unreadable (%s); it is written again", path, e)
         return None
     meta = rows.schema.metadata or {}
-    if _KEY not in meta or meta.get(_SIZE) != str(add.get("size")).encode():
+    if meta.get(_KEY) != key.encode() or meta.get(_SIZE) != str(add.get("size")).encode():
         return None
-    key, valued = meta[_KEY].decode(), int(meta[_VALUED])
+    valued = int(meta[_VALUED])
     column = rows.column(key)
     keys = (column.chunk(0).slice(0, valued).to_numpy() if column.num_chunks and valued
             else np.array([], np.int64))
@@ -139,14 +166,19 @@ def write(root: Path, name: str, add: Mapping[str, Any], key: str) -> Mirror | N
     except (OSError, pa.ArrowInvalid) as e:
         log.warning("no key mirror of %s (%s); it is read as Parquet", root / name, e)
         return None
-    return open_mirror(root, name, add) if write_rows(root, name, add.get("size"), data, key) \
-        else None
+    if not write_rows(root, name, add.get("size"), data, key):
+        return None
+    try:
+        _remember(root, key)
+    except OSError as e:
+        log.warning("the key mirrors of %s are not kept with new files (%s)", root, e)
+    return open_mirror(root, name, add, key)
 
 
 def write_rows(root: Path, name: str, size: Any, data: pa.Table, key: str) -> bool:
     """Writes ``data`` (the columns of the file ``name`` as stored, in its order; ``size``:
     its size in bytes) as its mirror keyed by ``key``; False where it cannot be written."""
-    path = path_of(root, name)
+    path = path_of(root, name, key)
     try:
         data = data.append_column(ROW, pa.array(np.arange(data.num_rows, dtype=np.int64)))
         if data.num_rows:
@@ -169,30 +201,29 @@ def write_rows(root: Path, name: str, size: Any, data: pa.Table, key: str) -> bo
     return True
 
 
-def key_for_new_files(root: Path, columns: Iterable[str], schema: pa.Schema) -> str | None:
-    """The column to key the mirrors of files about to be written to the table at ``root``
-    by (the first integer one of ``columns`` that ``schema``, the files', has), once the
-    table has mirrors at all: a table whose large files are mirrored gets a mirror of every
-    file incr writes to it then and there (a batch's new rows, a compaction's files), where
-    writing it costs a sort of rows in memory instead of a read of the file later."""
-    if not (root / DIRECTORY).is_dir():
-        return None
-    return next((c for c in columns if c in schema.names
-                 and pa.types.is_integer(schema.field(c).type)), None)
+def keys_for_new_files(root: Path, schema: pa.Schema) -> list[str]:
+    """The keys to mirror files about to be written to the table at ``root`` by: the table's
+    mirror keys (:func:`keys_of`) that are integer columns of ``schema``, the files'.  A table
+    whose large files are mirrored gets mirrors of every file incr writes to it then and
+    there (a batch's new rows, a compaction's files), where writing one costs a sort of rows
+    in memory instead of a read of the file on its first search."""
+    return [k for k in keys_of(root) if k in schema.names and pa.types.is_integer(schema.field(k).type)]
 
 
 def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted],
               every: bool, min_rows: int) -> Mirror | None:
     """The mirror to find ``wanted`` in, for a file of at least ``min_rows`` rows (by its
-    log statistics): the one it has when keyed by a column it can search, else a new one
-    keyed by the first such column.  None: read the file as Parquet."""
+    log statistics): one it has keyed by a column it can search by, else a new one keyed by
+    the first such column.  None: read the file as Parquet."""
     if min_rows <= 0 or _records(add) < min_rows:
         return None
-    mirror = open_mirror(root, name, add)
-    if mirror is not None:
-        return mirror if mirror.key in usable(wanted, every, mirror.rows.column_names) else None
+    keys = usable(wanted, every, (w.column for w in wanted))
+    for key in keys:
+        mirror = open_mirror(root, name, add, key)
+        if mirror is not None:
+            return mirror
     schema = pq.read_schema(root / unquote(name))
-    keys = usable(wanted, every, schema.names)
+    keys = [k for k in keys if k in schema.names and pa.types.is_integer(schema.field(k).type)]
     return write(root, name, add, keys[0]) if keys else None
 
 
@@ -209,7 +240,7 @@ def prune(root: Path) -> int:
     folder = root / DIRECTORY
     gone = 0
     for mirror in folder.rglob("*.arrow") if folder.is_dir() else ():
-        data = root / mirror.relative_to(folder).with_suffix("")
+        data = root / mirror.relative_to(folder).as_posix().rsplit(_SEPARATOR, 1)[0]
         if not data.exists():
             mirror.unlink(missing_ok=True)
             gone += 1

@@ -694,7 +694,7 @@ class DeltaStore:
             rows = pa.concat_tables(parts)
             if rows.num_rows and sort_by:
                 rows = rows.sort_by([(c, "ascending") for c in sort_by])
-            for add in _write_files(root, rows, schema, partitions, sort_by if mirrors else ()):
+            for add in _write_files(root, rows, schema, partitions, mirrors):
                 add["add"]["dataChange"] = False
                 actions.append(add)
         info = {"timestamp": now, "operation": "OPTIMIZE", "clientVersion": "incr",
@@ -713,9 +713,10 @@ class DeltaStore:
 
     def vacuum_now(self, path: str | Path) -> None:
         """Deletes the files no longer in the current version, at once (no retention): for
-        tables only incr reads, right after it rewrote them."""
+        tables only incr reads, right after it rewrote them.  Their key mirrors go too."""
         self.table(path).vacuum(retention_hours=0, enforce_retention_duration=False,
                                 dry_run=False)
+        mirror.prune(Path(path))
 
     def remove(self, path: str | Path) -> None:
         """Deletes a table directory (used for state that a changed view no longer owns)."""
@@ -897,8 +898,7 @@ class Merge:
                                     "modificationTime": old["modificationTime"], "dataChange": True,
                                     "stats": json.dumps(stats), "deletionVector": deletion.inline(after)}})
         files_removed = len(actions) // 2
-        actions += _write_files(root, rows, target, partitions,
-                                self._columns if store.mirror_rows else ())
+        actions += _write_files(root, rows, target, partitions, store.mirror_rows > 0)
         info: dict[str, Any] = {"timestamp": now, "operation": "MERGE",
                                 "operationParameters": {"mergePredicate": self._predicate,
                                                         "deletionVectors": "inline"},
@@ -950,12 +950,11 @@ def _remove(name: str, add: Mapping[str, Any], now: int, *, data_change: bool) -
 
 
 def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tuple[str, ...],
-                 mirror_by: Iterable[str] = ()) -> list[dict[str, Any]]:
+                 mirrors: bool = False) -> list[dict[str, Any]]:
     """Writes ``rows`` into the table at ``root`` as one Parquet file per partition (in its
     ``column=value`` directory, without the partition columns, as delta-rs lays them out);
-    returns their ``add`` actions, which no commit names yet.  Each file gets a key mirror
-    keyed by the first integer column of ``mirror_by`` when the table has mirrors
-    (:func:`~incr.runtime.mirror.key_for_new_files`)."""
+    returns their ``add`` actions, which no commit names yet.  With ``mirrors``, each file
+    gets the key mirrors the table's files have (:func:`~incr.runtime.mirror.keys_for_new_files`)."""
     if not rows.num_rows:
         return []
     groups: list[tuple[dict[str, str | None], pa.Table]] = [({}, rows)]
@@ -971,7 +970,7 @@ def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tupl
             groups.append(({c: None if v is None else str(v) for c, v in key.items()},
                            rows.filter(mask).drop_columns(list(partitions))))
     data_schema = pa.schema([f for f in schema if f.name not in partitions])
-    key = mirror.key_for_new_files(root, mirror_by, data_schema)
+    keys = mirror.keys_for_new_files(root, data_schema) if mirrors else []
     out = []
     for values, part in groups:
         folder = "/".join(f"{c}={_HIVE_NULL if v is None else quote(v, safe='')}"
@@ -981,7 +980,7 @@ def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tupl
         stored = part.select(data_schema.names).cast(data_schema)
         pq.write_table(stored, root / name, compression="snappy")
         st = (root / name).stat()
-        if key is not None:
+        for key in keys:
             mirror.write_rows(root, name, st.st_size, lookup.plain(stored), key)
         out.append({"add": {"path": name, "partitionValues": values, "size": st.st_size,
                             "modificationTime": st.st_mtime_ns // 1_000_000, "dataChange": True,

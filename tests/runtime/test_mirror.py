@@ -83,15 +83,15 @@ def test_a_mirror_that_does_not_match_its_file_is_written_again(tmp_path):
     one.write_bytes(b"not arrow")  # a broken copy (a crash between write and rename cannot
     got = store.read_matching(path, {"k": pa.array([10, 11], pa.int64())})  # leave one)
     assert sorted(got.column("k").to_pylist()) == [10, 11]
-    stale = pq.read_table(path / one.relative_to(path / mirror.DIRECTORY).with_suffix(""))
-    with pa.ipc.new_file(str(one), stale.schema.with_metadata(
-            {b"incr.key": b"k", b"incr.size": b"1", b"incr.valued": b"0"})) as writer:
-        writer.write_table(stale.replace_schema_metadata(
-            {b"incr.key": b"k", b"incr.size": b"1", b"incr.valued": b"0"}))
+    (name, add), = store.live_adds(path).items()
+    stale = pq.read_table(path / name)
+    meta = {b"incr.key": b"k", b"incr.size": b"1", b"incr.valued": b"0"}  # another file's size
+    with pa.ipc.new_file(str(one), stale.schema.with_metadata(meta)) as writer:
+        writer.write_table(stale.replace_schema_metadata(meta))
+    assert mirror.open_mirror(path, name, add, "k") is None
     got = store.read_matching(path, {"k": pa.array([12], pa.int64())})
     assert got.column("k").to_pylist() == [12]
-    assert mirror.open_mirror(path, one.relative_to(path / mirror.DIRECTORY).with_suffix("")
-                              .as_posix(), next(iter(store.live_adds(path).values()))) is not None
+    assert mirror.open_mirror(path, name, add, "k") is not None
 
 
 def test_housekeeping_keeps_live_mirrors_and_prunes_those_of_vacuumed_files(tmp_path):
@@ -103,8 +103,12 @@ def test_housekeeping_keeps_live_mirrors_and_prunes_those_of_vacuumed_files(tmp_
     assert len(before) == 3
     store.housekeep(path, keep_hours=0)  # VACUUM (full listing) must leave them
     assert _mirrors(path) == before
-    assert store.compact(path, ("k",), 0)  # three files become one; the old ones are vacuumed
+    assert store.compact(path, ("k",), 0, vacuum=False)  # three files become one
+    assert _mirrors(path) == before  # the old files are still there (time travel)
     store.housekeep(path, keep_hours=0)
+    assert _mirrors(path) == []
+    store.read_matching(path, {"k": pa.array([1], pa.int64())})
+    assert store.compact(path, ("k",), 0, vacuum=True)  # and a VACUUM right after compaction
     assert _mirrors(path) == []
     got = store.read_matching(path, {"k": pa.array([1, 501, 1001], pa.int64())})
     assert sorted(got.column("k").to_pylist()) == [1, 501, 1001]
@@ -130,45 +134,13 @@ def test_only_integer_keys_of_large_enough_files_are_mirrored(tmp_path):
     store.read_matching(path, {"v": pa.array([1.0])})  # a float column
     store.read_matching(path, {"k": pa.array([2], pa.int64()), "g": pa.array([2], pa.int32())})
     assert _mirrors(path) == []  # either column may match: each file is read whole anyway
-    store.read_matching(path, {"g": pa.array([2], pa.int32()), "k": pa.array([2], pa.int64())},
-                        every=True)
-    assert all(mirror.open_mirror(path, m.relative_to(path / mirror.DIRECTORY).with_suffix("")
-                                  .as_posix(), _add_of(store, path, m)).key == "g"
-               for m in _mirrors(path))
-
-
-def _add_of(store: DeltaStore, path: Path, copy: Path) -> dict:
-    name = copy.relative_to(path / mirror.DIRECTORY).with_suffix("").as_posix()
-    return store.live_adds(path)[name]
-
-
-def test_once_a_table_has_mirrors_every_file_incr_writes_to_it_gets_one(tmp_path):
-    store = DeltaStore(mirror_rows=100)
-    path = tmp_path / "t"
-    _table(store, path)
-    source = pa.Table.from_pylist(
-        [{"k": 3, "g": 3, "v": None, GONE: True}, {"k": 9_000, "g": 0, "v": 1.0, GONE: False},
-         {"k": None, "g": 0, "v": 2.0, GONE: False}], SCHEMA.append(pa.field(GONE, pa.bool_())))
-
-    def merge(batch: int, store: DeltaStore = store) -> None:
-        (store.merge(path, source).on_groups(("k", "g"), GONE).when_matched_delete()
-         .when_not_matched_insert_all(f"NOT s.{GONE}").with_deletion_vectors()
-         .for_batch(batch).execute())
-
-    def mirrored() -> set[str]:
-        return {n for n in store.live_adds(path) if mirror.path_of(path, n).exists()}
-
-    merge(4, DeltaStore(mirror_rows=0))  # the table has no mirrors: the new file none either
-    assert _mirrors(path) == []
-    store.read_matching(path, {"k": pa.array([1, 501, 1001], pa.int64())})
-    assert len(mirrored()) == 3  # the three files of 500 rows, not the batch's of 2
-    merge(5)
-    assert len(mirrored()) == 4  # and the batch's new file, written with its mirror
-    merge(6, DeltaStore(mirror_rows=0))  # mirrors turned off: none written
-    assert len(mirrored()) == 4 and len(store.live_adds(path)) == 6
-    assert store.compact_files(path, ("k",), 0, small_bytes=1 << 30) == 6  # all, as one file
-    assert len(store.live_adds(path)) == 1 and len(mirrored()) == 1
-    rows = store.read_matching(path, {"k": pa.array([9_000, 4, None], pa.int64())}, every=False)
-    expected = DeltaStore(mirror_rows=0).read_matching(path, {"k": pa.array([9_000, 4, None], pa.int64())})
-    assert sorted(rows.column("v").to_pylist()) == sorted(expected.column("v").to_pylist())
-    assert rows.num_rows == 3 + 1 + 16 + 3  # 9000 thrice, 4, NULL k: 16 loaded, 3 inserted
+    store.read_matching(path, {"g": pa.array([2, 3, 4], pa.int32()),
+                               "k": pa.array([2, 503, 1004], pa.int64())}, every=True)
+    adds = store.live_adds(path)
+    assert len(_mirrors(path)) == 3 and mirror.keys_of(path) == ["g"]
+    assert all(mirror.open_mirror(path, n, a, "g") for n, a in adds.items())
+    # a search by k alone cannot use them: each file gets a second mirror, keyed by k
+    got = store.read_matching(path, {"k": pa.array([2, 503, 1004], pa.int64())})
+    assert sorted(got.column("k").to_pylist()) == [2, 503, 1004]
+    assert len(_mirrors(path)) == 6 and mirror.keys_of(path) == ["g", "k"]
+    assert all(mirror.open_mirror(path, n, a, "k").key == "k" for n, a in adds.items())
