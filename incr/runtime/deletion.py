@@ -25,6 +25,7 @@ Compaction rewrites the table without vectors once they hold a share of its rows
 
 from __future__ import annotations
 
+import array
 import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -72,7 +73,9 @@ def _serialize(values: np.ndarray) -> bytes:
     out = [struct.pack("<iq", MAGIC, len(starts))]
     for start, end in zip(starts, ends, strict=True):
         low = (values[start:end] & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-        out.append(struct.pack("<i", int(keys[start])) + BitMap(low).serialize())
+        # from an array.array: pyroaring then copies the buffer (a numpy array it iterates)
+        out.append(struct.pack("<i", int(keys[start]))
+                   + BitMap(array.array("I", low.tobytes())).serialize())
     return b"".join(out)
 
 
@@ -86,7 +89,8 @@ def deserialize(data: bytes) -> np.ndarray:
         (key,) = struct.unpack_from("<i", data, offset)
         bitmap = BitMap.deserialize(data[offset + 4:])
         offset += 4 + len(bitmap.serialize())
-        parts.append(np.array(bitmap.to_array(), dtype=np.int64) + (int(key) << 32))
+        parts.append(np.frombuffer(bitmap.to_array(), dtype=np.uint32).astype(np.int64)
+                     + (int(key) << 32))
     return np.concatenate(parts) if parts else np.array([], dtype=np.int64)
 
 
