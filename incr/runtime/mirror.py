@@ -117,11 +117,13 @@ def equal_runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Where (ascending) the ascending ``values`` equal one of the ascending distinct
     ``wanted``: two bisections per wanted value, whatever the length of ``values``."""
     low = np.searchsorted(values, wanted, side="left")
-    high = np.searchsorted(values, wanted, side="right")
-    reached = high > low
-    low, lengths = low[reached], (high - low)[reached]
-    if not len(lengths):
+    inside = np.flatnonzero(low < len(values))
+    reached = inside[values[low[inside]] == wanted[inside]]
+    if not len(reached):
         return np.array([], np.int64)
+    # the right ends only of the values found (a file holds few of a batch's keys)
+    low = low[reached]
+    lengths = np.searchsorted(values, wanted[reached], side="right") - low
     before = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     return (np.repeat(low - before, lengths) + np.arange(int(lengths.sum()))).astype(np.int64)
 
@@ -212,16 +214,18 @@ def keys_for_new_files(root: Path, schema: pa.Schema) -> list[str]:
 
 def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted],
               every: bool, min_rows: int) -> Mirror | None:
-    """The mirror to find ``wanted`` in, for a file of at least ``min_rows`` rows (by its
-    log statistics): one it has keyed by a column it can search by, else a new one keyed by
-    the first such column.  None: read the file as Parquet."""
-    if min_rows <= 0 or _records(add) < min_rows:
+    """The mirror to find ``wanted`` in: one the file has keyed by a column it can search
+    by, else, for a file of at least ``min_rows`` rows (by its log statistics), a new one
+    keyed by the first such column.  None: read the file as Parquet."""
+    if min_rows <= 0:
         return None
     keys = usable(wanted, every, (w.column for w in wanted))
     for key in keys:
         mirror = open_mirror(root, name, add, key)
         if mirror is not None:
             return mirror
+    if _records(add) < min_rows:
+        return None
     schema = pq.read_schema(root / unquote(name))
     keys = [k for k in keys if k in schema.names and pa.types.is_integer(schema.field(k).type)]
     return write(root, name, add, keys[0]) if keys else None

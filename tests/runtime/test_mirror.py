@@ -144,3 +144,43 @@ def test_only_integer_keys_of_large_enough_files_are_mirrored(tmp_path):
     assert sorted(got.column("k").to_pylist()) == [2, 503, 1004]
     assert len(_mirrors(path)) == 6 and mirror.keys_of(path) == ["g", "k"]
     assert all(mirror.open_mirror(path, n, a, "k").key == "k" for n, a in adds.items())
+
+
+def test_once_a_table_has_mirrors_every_file_incr_writes_to_it_gets_one(tmp_path, monkeypatch):
+    store = DeltaStore(mirror_rows=100)
+    path = tmp_path / "t"
+    _table(store, path)
+    source = pa.Table.from_pylist(
+        [{"k": 3, "g": 3, "v": None, GONE: True}, {"k": 9_000, "g": 0, "v": 1.0, GONE: False},
+         {"k": None, "g": 0, "v": 2.0, GONE: False}], SCHEMA.append(pa.field(GONE, pa.bool_())))
+
+    def merge(batch: int, store: DeltaStore = store) -> None:
+        (store.merge(path, source).on_groups(("k", "g"), GONE).when_matched_delete()
+         .when_not_matched_insert_all(f"NOT s.{GONE}").with_deletion_vectors()
+         .for_batch(batch).execute())
+
+    def mirrored() -> set[str]:
+        return {n for n in store.live_adds(path) if mirror.path_of(path, n, "k").exists()}
+
+    merge(4, DeltaStore(mirror_rows=0))  # the table has no mirrors: the new file none either
+    assert _mirrors(path) == []
+    store.read_matching(path, {"k": pa.array([1, 501, 1001], pa.int64())})
+    assert len(mirrored()) == 3  # the three files of 500 rows, not the batch's of 2
+    merge(5)
+    assert len(mirrored()) == 4  # and the batch's new file, written with its mirror
+    merge(6, DeltaStore(mirror_rows=0))  # mirrors turned off: none written
+    assert len(mirrored()) == 4 and len(store.live_adds(path)) == 6
+    opened: list = []
+    real = lookup.pq.ParquetFile
+    monkeypatch.setattr(lookup.pq, "ParquetFile", lambda p: opened.append(p) or real(p))
+    wanted = {"k": pa.array([9_000, 4, None], pa.int64())}
+    assert sorted(store.read_matching(path, wanted).column("v").to_pylist()) == \
+        sorted(DeltaStore(mirror_rows=0).read_matching(path, wanted).column("v").to_pylist())
+    assert len(opened) == 2 + 6  # the two files without mirrors; every file, unmirrored
+    monkeypatch.undo()
+    assert store.compact_files(path, ("k",), 0, small_bytes=1 << 30) == 6  # all, as one file
+    assert len(store.live_adds(path)) == 1 and len(mirrored()) == 1
+    rows = store.read_matching(path, wanted)
+    assert sorted(rows.column("v").to_pylist()) == \
+        sorted(DeltaStore(mirror_rows=0).read_matching(path, wanted).column("v").to_pylist())
+    assert rows.num_rows == 3 + 1 + 16 + 3  # 9000 thrice, 4, NULL k: 16 loaded, 3 inserted
