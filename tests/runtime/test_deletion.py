@@ -338,3 +338,25 @@ def test_commits_written_by_hand_checkpoint_when_due_and_the_checkpoint_keeps_th
     assert {r["k"] for r in store.read(path).to_pylist()} == expected
     _merge(store, path, [("k100", 0), ("n1", 0)], [], 8)  # positions found from the checkpoint
     assert {r["k"] for r in store.read(path).to_pylist()} == expected - {"k100", "n1"}
+
+
+def test_compaction_rewrites_a_row_a_few_times_not_once_per_compaction():
+    """A partition taking one small file per batch, compacted whenever it holds more than 4
+    files: the files merged are chosen so that bytes rewritten grow as n log n, not n²,
+    and the partition keeps few files."""
+    from incr.runtime.store import _merged
+
+    adds: dict[str, dict] = {f"big{i}": {"size": 10**9} for i in range(4)}  # never merged
+    rewritten, small_bytes = 0, 10**6
+    for batch in range(1, 1025):
+        adds[f"b{batch:05d}"] = {"size": 1_000}
+        small = [n for n in adds if adds[n]["size"] < small_bytes]
+        if len(adds) > 4 and len(small) > 1:
+            merged = _merged(small, adds)
+            if merged:
+                size = sum(adds.pop(n)["size"] for n in merged)
+                rewritten += size
+                adds[f"m{batch:05d}"] = {"size": size}
+        assert len(adds) <= 4 + 10
+    written = 1024 * 1_000
+    assert rewritten <= written * 11  # log2(1024) + 1 rewrites a row at most
