@@ -12,13 +12,16 @@ file, sorted by one integer key column, with each row's position in the Parquet 
 keys (O(keys · log rows), touching only the pages it reads), and only the found rows of the
 other columns are taken.  Deleted rows are still told apart by the file's deletion vector.
 
-The mirror of ``<table>/<file>`` is ``<table>/_incr_mirrors/<file>.arrow``.  Delta readers
-and VACUUM leave a folder whose name starts with ``_`` alone; housekeeping deletes the
-mirrors of files VACUUM removed (:func:`prune`).  A mirror is written the first time a file
-of at least ``INCR_MIRROR_ROWS`` rows is looked up (a compaction's new files on the next
-batch), atomically (written aside, then renamed), and one whose file size does not match
-the log's, or that cannot be read, is written again.  Where a mirror cannot be written (a
-read-only or full disk) the file is read as Parquet, as below that size.
+The mirror of ``<table>/<file>`` keyed by column ``k`` is
+``<table>/_incr_mirrors/<file>@k.arrow``.  Delta readers and VACUUM leave a folder whose
+name starts with ``_`` alone; housekeeping and the VACUUM after a rewrite delete the mirrors
+of the files they removed (:func:`prune`).  A mirror is written the first time a file of at
+least ``INCR_MIRROR_ROWS`` rows is searched by an integer column no mirror of it is keyed
+by; once a table has mirrors, every file incr writes to it gets them as it is written
+(:func:`keys_for_new_files`), whatever its size.  Writes are atomic (aside, then renamed);
+a mirror whose file size does not match the log's, or that cannot be read, is written
+again.  Where a mirror cannot be written (a read-only or full disk) the file is read as
+Parquet, as below that size.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,9 +243,20 @@ def _records(add: Mapping[str, Any]) -> int:
         return 0
 
 
+#: A mirror or key list being written aside this long ago was left by a killed writer.
+_STALE_S = 3600
+
+
 def prune(root: Path) -> int:
-    """Deletes the mirrors of the table at ``root`` whose data file is gone; returns how many."""
+    """Deletes the mirrors of the table at ``root`` whose data file is gone, and what killed
+    writers left aside an hour ago or more; returns how many mirrors."""
     folder = root / DIRECTORY
+    for temp in folder.rglob(".incr-*.tmp") if folder.is_dir() else ():
+        try:
+            if time.time() - temp.stat().st_mtime > _STALE_S:
+                temp.unlink()
+        except OSError:
+            pass  # another process's, renamed or deleted meanwhile
     gone = 0
     for mirror in folder.rglob("*.arrow") if folder.is_dir() else ():
         data = root / mirror.relative_to(folder).as_posix().rsplit(_SEPARATOR, 1)[0]

@@ -6,6 +6,8 @@ in ``test_lookup.py``."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -101,8 +103,13 @@ def test_housekeeping_keeps_live_mirrors_and_prunes_those_of_vacuumed_files(tmp_
     store.read_matching(path, {"k": pa.array([1, 501, 1001], pa.int64())})
     before = _mirrors(path)
     assert len(before) == 3
+    left, fresh = (before[0].parent / ".incr-mirror-old.tmp", before[0].parent / ".incr-mirror-new.tmp")
+    left.write_bytes(b"half a mirror a killed writer left")
+    fresh.write_bytes(b"half a mirror being written now")
+    os.utime(left, (time.time() - 7200, time.time() - 7200))
     store.housekeep(path, keep_hours=0)  # VACUUM (full listing) must leave them
     assert _mirrors(path) == before
+    assert not left.exists() and fresh.exists()
     assert store.compact(path, ("k",), 0, vacuum=False)  # three files become one
     assert _mirrors(path) == before  # the old files are still there (time travel)
     store.housekeep(path, keep_hours=0)
