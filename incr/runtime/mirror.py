@@ -149,12 +149,14 @@ def open_mirror(root: Path, name: str, add: Mapping[str, Any], key: str) -> Mirr
         rows = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
     except FileNotFoundError:
         return None
-    except (OSError, pa.ArrowInvalid) as e:
+    except (OSError, pa.ArrowException) as e:
         log.info("the key mirror %s is unreadable (%s); it is written again", path, e)
         return None
     meta = rows.schema.metadata or {}
-    if meta.get(_KEY) != key.encode() or meta.get(_SIZE) != str(add.get("size")).encode():
-        return None
+    if (meta.get(_KEY) != key.encode() or meta.get(_SIZE) != str(add.get("size")).encode()
+            or not meta.get(_VALUED, b"").isdigit() or key not in rows.column_names
+            or ROW not in rows.column_names or rows.column(key).num_chunks > 1):
+        return None  # another file's, or not one incr wrote (it writes one record batch)
     valued = int(meta[_VALUED])
     column = rows.column(key)
     keys = (column.chunk(0).slice(0, valued).to_numpy() if column.num_chunks and valued
@@ -169,7 +171,7 @@ def write(root: Path, name: str, add: Mapping[str, Any], key: str) -> Mirror | N
         from incr.runtime.lookup import plain
 
         data = plain(pq.read_table(root / unquote(name), use_threads=True))
-    except (OSError, pa.ArrowInvalid) as e:
+    except (OSError, pa.ArrowException) as e:
         log.warning("no key mirror of %s (%s); it is read as Parquet", root / name, e)
         return None
     if not write_rows(root, name, add.get("size"), data, key):
@@ -201,7 +203,7 @@ def write_rows(root: Path, name: str, size: Any, data: pa.Table, key: str) -> bo
         except BaseException:
             Path(temp).unlink(missing_ok=True)
             raise
-    except (OSError, pa.ArrowInvalid) as e:
+    except (OSError, pa.ArrowException) as e:
         log.warning("no key mirror of %s (%s); it is read as Parquet", root / name, e)
         return False
     return True
