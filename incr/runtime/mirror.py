@@ -31,7 +31,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,13 +132,12 @@ def equal_runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return (np.repeat(low - before, lengths) + np.arange(int(lengths.sum()))).astype(np.int64)
 
 
-def usable(wanted: list[Wanted], every: bool, columns: Iterable[str]) -> list[str]:
-    """The wanted columns (of ``columns``) a mirror may be keyed by, best first: integer
-    ones, and (when any one column's match is enough) only if there is one wanted column."""
+def _usable(wanted: list[Wanted], every: bool) -> list[str]:
+    """The wanted columns a mirror may be keyed by, best first: integer ones, and (when any
+    one column's match is enough) only if there is one wanted column."""
     if not every and len(wanted) > 1:
         return []
-    present = set(columns)
-    return [w.column for w in wanted if w.ordered is not None and w.column in present]
+    return [w.column for w in wanted if w.ordered is not None]
 
 
 def open_mirror(root: Path, name: str, add: Mapping[str, Any], key: str) -> Mirror | None:
@@ -225,7 +224,7 @@ def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted
     keyed by the first such column.  None: read the file as Parquet."""
     if min_rows <= 0:
         return None
-    keys = usable(wanted, every, (w.column for w in wanted))
+    keys = _usable(wanted, every)
     for key in keys:
         mirror = open_mirror(root, name, add, key)
         if mirror is not None:

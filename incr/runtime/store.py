@@ -1003,9 +1003,10 @@ def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tupl
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         stored = part.select(data_schema.names).cast(data_schema)
         pq.write_table(stored, root / name, compression="snappy")
+        plain = lookup.plain(stored) if keys else stored
         st = (root / name).stat()
         for key in keys:
-            mirror.write_rows(root, name, st.st_size, lookup.plain(stored), key)
+            mirror.write_rows(root, name, st.st_size, plain, key)
         out.append({"add": {"path": name, "partitionValues": values, "size": st.st_size,
                             "modificationTime": st.st_mtime_ns // 1_000_000, "dataChange": True,
                             "stats": _footer_stats(pq.read_metadata(root / name), data_schema)}})
