@@ -67,7 +67,8 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
-              matching: Mapping[str, pa.Array] | None = None, every: bool = False) -> str:
+              matching: Mapping[str, pa.Array] | None = None, every: bool = False,
+              bucketed_by: tuple[str, int] | None = None) -> str:
         """Registers the current version of the Delta table at ``path`` as ``name``.
 
         ``buckets``: only those ``_bucket`` partitions (the part a batch's keys reach); the
@@ -75,7 +76,9 @@ class Engine(abc.ABC):
         ``matching``: the caller only needs rows whose column ``c`` holds one of
         ``matching[c]`` for some ``c`` (a side table that a change joins), or with ``every``
         for every ``c`` (the groups a batch touched); an engine may register just those or
-        more.
+        more.  ``bucketed_by``: (column, count) when the table's ``_bucket`` is the hash of
+        that one column into ``count`` buckets (a driver search of a bucket's files then
+        looks for its own values only).
         """
 
     @abc.abstractmethod

@@ -262,7 +262,17 @@ class Fold:
             matching[m.side_column] = (pa.concat_arrays([matching[m.side_column], found])
                                        if m.side_column in matching else found)
         return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
-                                 matching=matching)
+                                 matching=matching, bucketed_by=self._bucketed_by(table))
+
+    def _bucketed_by(self, table: StateTable) -> tuple[str, int] | None:
+        """(column, bucket count) when ``table``'s ``_bucket`` is the hash of one column
+        (see :meth:`~incr.runtime.engine.Engine.delta`); None otherwise."""
+        if len(table.bucket_columns) != 1:
+            return None
+        for stage in self.plan.stages:
+            if any(t.name == table.name for t in stage.tables):
+                return table.bucket_columns[0], stage.buckets_of(table.name)
+        return None
 
     def _split(self, delta: _Delta, stage: StagePlan) -> tuple[str, str]:
         """Plain rows of Δ's insertions and of its deletions (one per copy), as two views."""
@@ -359,8 +369,7 @@ class Fold:
             faults.crash_point("view.before_merge", batch)
             t1 = time.perf_counter()
             rows = self._collect(render_all(changed[table.name]), table.name)
-            live = (self._collect(render_live_rows(table, changed[table.name]), table.name)
-                    if self.state.vectors(table) else None)
+            live = self._live(table, rows) if self.state.vectors(table) else None
             t2 = time.perf_counter()
             self._note_touched(stage, table, rows)
             if live is not None:
@@ -392,10 +401,16 @@ class Fold:
                          cache=True)
         changed = self._view(f"changed_{table.name}", render_changed_rows(table, new, h, h))
         rows = self._collect(render_all(changed), table.name)
-        live = self._collect(render_live_rows(table, changed), table.name)
+        live = self._live(table, rows)
         t1 = time.perf_counter()
         touched = self.state.replace_by_vectors(table, rows, live, batch)
         self._record(table.name, rows.num_rows, t1 - t0, time.perf_counter() - t1, touched)
+
+    def _live(self, table: StateTable, rows: pa.Table) -> pa.Table:
+        """The live ones of a table's changed ``rows``, already collected: filtered as they
+        are, not computed again from the view that gave them."""
+        return self._collect(render_live_rows(table, self.engine.table(
+            f"{self._prefix}changed_rows_{table.name}", rows)), table.name)
 
     def _touched_state(self, table: StateTable, touched_keys: str,
                        touched_as: str | None = None) -> str:
@@ -421,7 +436,8 @@ class Fold:
             values = self.engine.collect(render_values(touched_keys, there), pa.schema([field]))
             matching[column] = values.column(0).combine_chunks()
         return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
-                                 matching=matching, every=True)
+                                 matching=matching, every=True,
+                                 bucketed_by=self._bucketed_by(table) if touched_as is None else None)
 
     def _note_touched(self, stage: StagePlan, table: StateTable, rows: pa.Table) -> None:
         """Keeps the groups of the view's own stage that ``rows`` (about to be merged into

@@ -245,7 +245,8 @@ class DriverEngine(Engine):
         return name
 
     def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
-              matching: Mapping[str, pa.Array] | None = None, every: bool = False) -> str:
+              matching: Mapping[str, pa.Array] | None = None, every: bool = False,
+              bucketed_by: tuple[str, int] | None = None) -> str:
         """Registers a Delta table (its ``buckets``) read by delta-rs, if what is read holds
         at most ``max_state_rows``.
 
@@ -255,7 +256,8 @@ class DriverEngine(Engine):
         assert self.store is not None, "this driver engine reads no Delta tables"
         if matching is not None:
             try:
-                rows_read = self.store.read_matching(path, matching, buckets, every=every)
+                rows_read = self.store.read_matching(path, matching, buckets, every=every,
+                                                     bucketed_by=bucketed_by)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
                 raise NotLocal(f"{Path(path).name}: the change's join keys do not fit its "
                                f"column types ({str(e)[:120]})") from e

@@ -22,6 +22,7 @@ to the table after it was written) reads as NULL.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -107,6 +108,29 @@ class Wanted:
             hit = pc.or_(hit, pc.is_null(column))
         return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
 
+    def by_bucket(self, count: int) -> dict[str, Wanted] | None:
+        """The wanted values split by the partition bucket a row holding each is written to
+        (``pmod(xxhash64(column), count)``, as :mod:`~incr.runtime.sparkhash` computes it),
+        keyed by the bucket's partition value; None for a column that is not an integer one
+        (only those are split).  A file of one bucket then need only be searched for its
+        own values: 1/count of them.  NULL stays wanted in every part."""
+        from incr.runtime import sparkhash
+
+        if self.ordered is None:
+            return None
+        try:
+            hashed = sparkhash.buckets([self.values], count).to_numpy()
+        except sparkhash.UnsupportedType:
+            return None
+        parts = {}
+        for b in range(count):
+            part = copy.copy(self)
+            part.values = self.values.filter(pa.array(hashed == b))
+            part._as = {part.values.type: part.values}
+            part.ordered = np.sort(part.values.to_numpy(zero_copy_only=False))
+            parts[str(b)] = part
+        return parts
+
     def within(self, low: Any, high: Any, nulls: int | None) -> bool:
         """Whether a range [low, high] (with ``nulls`` NULLs) may hold a wanted value: only
         integer ranges are trusted (float statistics leave NaN out; string ones may be
@@ -131,7 +155,7 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
          deleted: Callable[[str, Mapping[str, Any]], np.ndarray], *,
          buckets: Iterable[int] | None = None, bucket: str | None = None,
          columns: Iterable[str] | None = None, every: bool = False,
-         mirror_rows: int = 0) -> Found:
+         mirror_rows: int = 0, bucketed_by: tuple[str, int] | None = None) -> Found:
     """The live rows of the files ``adds`` (the table's current ``add`` actions by path)
     whose value of some ``wanted`` column (of every one, with ``every``) is one of its values.
 
@@ -145,8 +169,12 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
         mirror_rows: files of at least this many rows are searched in their key mirror
             (:mod:`~incr.runtime.mirror`; written on their first search), when a wanted
             column is an integer one; 0: every file is read as Parquet.
+        bucketed_by: (column, count) when the table's files are partitioned by ``bucket``
+            = the hash of that one column into ``count`` buckets: a file is then searched
+            for the wanted values of that column that hash to its bucket only.
     """
     wanted = list(wanted)
+    split = _split_by_bucket(wanted, bucketed_by) if bucket is not None else None
     out_schema = pa.schema([schema.field(c) for c in columns]) if columns is not None else schema
     only = None if buckets is None else {str(int(b)) for b in buckets}
     names: list[str] = []
@@ -158,23 +186,26 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
         values = add.get("partitionValues") or {}
         if only is not None and bucket is not None and values.get(bucket) not in only:
             continue
-        if not _file_may_hold(add, wanted, every):
+        here = wanted
+        if split is not None and values.get(bucket) in split[1]:
+            here = [split[1][values[bucket]] if i == split[0] else w for i, w in enumerate(wanted)]
+        if not _file_may_hold(add, here, every):
             continue
-        copy = mirror.mirror_of(root, name, add, wanted, every, mirror_rows)
-        if copy is not None:
-            index, hit = copy.find(wanted, every)
+        kept = mirror.mirror_of(root, name, add, here, every, mirror_rows)
+        if kept is not None:
+            index, hit = kept.find(here, every)
             live = ~np.isin(hit, deleted(name, add), assume_unique=True) if len(hit) else None
             if live is not None and not live.all():
                 index, hit = index[live], hit[live]
             if not len(hit):
                 continue
-            stored = [f.name for f in out_schema if f.name in copy.rows.column_names
+            stored = [f.name for f in out_schema if f.name in kept.rows.column_names
                       and f.name not in values]
-            part = _assemble(copy.rows.select(stored).take(pa.array(index)), len(hit),
+            part = _assemble(kept.rows.select(stored).take(pa.array(index)), len(hit),
                              out_schema, values)
         else:
             file = pq.ParquetFile(root / unquote(name))
-            hit, keys = _matches(file, wanted, every)
+            hit, keys = _matches(file, here, every)
             if len(hit):
                 live = ~np.isin(hit, deleted(name, add), assume_unique=True)
                 hit = hit[live]
@@ -190,6 +221,18 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
                  np.concatenate(files) if files else np.array([], np.int32),
                  np.concatenate(positions) if positions else np.array([], np.int64),
                  pa.concat_tables(parts) if parts else out_schema.empty_table())
+
+
+def _split_by_bucket(wanted: list[Wanted], bucketed_by: tuple[str, int] | None
+                     ) -> tuple[int, dict[str, Wanted]] | None:
+    """Which of ``wanted`` is the bucket's column, and its values by bucket (see :func:`find`);
+    None when no split applies."""
+    if bucketed_by is None:
+        return None
+    column, count = bucketed_by
+    at = next((i for i, w in enumerate(wanted) if w.column == column), None)
+    parts = wanted[at].by_bucket(count) if at is not None and count > 1 else None
+    return None if parts is None else (at, parts)
 
 
 def _file_may_hold(add: Mapping[str, Any], wanted: list[Wanted], every: bool) -> bool:

@@ -390,7 +390,8 @@ class SparkEngine(Engine):
         return self.frame(name, arrow_frame(self.spark, data))
 
     def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
-              matching: Mapping[str, pa.Array] | None = None, every: bool = False) -> str:
+              matching: Mapping[str, pa.Array] | None = None, every: bool = False,
+              bucketed_by: tuple[str, int] | None = None) -> str:
         # ``matching`` is not applied: Spark's join reads what it needs, and a filter built
         # from the change's values would cost a job of its own.
         return self.frame(name, read_delta(self.spark, self.store, str(path), buckets))

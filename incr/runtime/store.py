@@ -28,6 +28,7 @@ import math
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -101,7 +102,9 @@ class DeltaStore:
 
     Opened tables are kept and brought up to date with ``update_incremental`` (reading only
     the commits since), which costs a fraction of opening the log again: a batch asks
-    about the same few tables a dozen times.  A kept table is dropped when its last commit
+    about the same few tables a dozen times.  A local table whose next commit file does not
+    exist has had no commit since, and is not asked at all (a stat, where delta-rs lists
+    the log).  A kept table is dropped when its last commit
     file is no longer the one it read (the directory was removed or the table recreated).
     """
 
@@ -128,6 +131,8 @@ class DeltaStore:
         if kept is not None:
             dt, stamp = kept
             if stamp is not None and _commit_stamp(key, dt.version()) == stamp:
+                if not _has_commit(key, dt.version() + 1):
+                    return dt  # no commit since: a Delta version is the next commit file
                 try:
                     dt.update_incremental()
                     self._open[key] = (dt, _commit_stamp(key, dt.version()))
@@ -293,9 +298,12 @@ class DeltaStore:
         return _rows(dt, path, partitions, columns=columns)
 
     def read_matching(self, path: str | Path, matching: Mapping[str, pa.Array],
-                      buckets: Iterable[int] | None = None, every: bool = False) -> pa.Table:
+                      buckets: Iterable[int] | None = None, every: bool = False,
+                      bucketed_by: tuple[str, int] | None = None) -> pa.Table:
         """The rows whose column ``c`` holds one of ``matching[c]``, for some ``c`` (for every
         ``c`` with ``every``; current version; of ``buckets`` only, when given).
+        ``bucketed_by``: (column, count) when the table's ``_bucket`` is that column's hash
+        into ``count`` buckets, so a bucket's files need only be searched for its values.
 
         A filtered scan: files and row groups whose statistics exclude every value are
         skipped, and only matching rows are kept, so memory follows the matches.  A NULL
@@ -313,7 +321,8 @@ class DeltaStore:
             wanted = [lookup.Wanted(c, v, schema.field(c).type) for c, v in matching.items()]
             found = lookup.find(Path(path), self.live_adds(path), schema, wanted,
                                 _VectorReader(dt, Path(path)), buckets=buckets, bucket=BUCKET,
-                                every=every, mirror_rows=self.mirror_rows)
+                                every=every, mirror_rows=self.mirror_rows,
+                                bucketed_by=bucketed_by)
             if buckets is None and (every or len(wanted) == 1):  # for the MERGE that deletes them
                 self._found[str(path)] = (dt.version(), tuple(wanted), found)
             return found.rows
@@ -541,8 +550,6 @@ class DeltaStore:
         are read, and only their key columns, each column matched where the ones before it
         did (:func:`~incr.runtime.lookup.find`); the tuples are then matched exactly.
         """
-        import duckdb
-
         if not keys.num_rows:
             return {}
         dt = self.table(path)
@@ -568,14 +575,15 @@ class DeltaStore:
                           .filter(pa.array(keep)))
             quoted = ['"' + c.replace('"', '""') + '"' for c in keys.column_names]
             on = " AND ".join(f"f.{q} IS NOT DISTINCT FROM k.{q}" for q in quoted)
-            con = duckdb.connect()
+            con = _duckdb()
             try:
                 con.register("incr_rows", candidates)
                 con.register("incr_keys", lookup.plain(keys))
                 hits = con.execute(f'SELECT f."{index}" FROM incr_rows AS f SEMI JOIN '
                                    f"incr_keys AS k ON {on}").fetch_arrow_table()
             finally:
-                con.close()
+                con.unregister("incr_rows")
+                con.unregister("incr_keys")
             keep = np.zeros(found.rows.num_rows, dtype=bool)
             keep[hits.column(0).to_numpy()] = True
         return found.positions_by_file(keep)
@@ -1138,6 +1146,18 @@ def deleted_positions(dt: DeltaTable) -> dict[str, np.ndarray]:
 #: Characters delta-rs cannot open a local table under (it reads the path as a URL's host);
 #: a ``%`` and two hex digits it decodes as an escape.
 _UNOPENABLE = set("[]^|\\")
+_local = threading.local()
+
+
+def _duckdb() -> Any:
+    """This thread's DuckDB connection, on which :meth:`DeltaStore.matched_rows` joins keys:
+    kept, as opening one costs 10 ms; a forked process opens its own."""
+    import duckdb
+
+    kept = getattr(_local, "duckdb", None)
+    if kept is None or kept[0] != os.getpid():
+        kept = _local.duckdb = (os.getpid(), duckdb.connect())
+    return kept[1]
 
 
 def check_table_root(path: Path) -> None:
@@ -1337,6 +1357,11 @@ def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_size, st.st_mtime_ns
+
+
+def _has_commit(root: str, version: int) -> bool:
+    """Whether the local table at ``root`` has a commit file ``version``."""
+    return os.path.exists(os.path.join(root, "_delta_log", f"{version:020d}.json"))
 
 
 def _failed(what: str, path: str | Path, e: DeltaError | OSError) -> StorageError:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from incr.compiler.plan import BUCKET
-from incr.runtime import lookup
+from incr.runtime import lookup, sparkhash
 from incr.runtime.store import DeltaStore
 
 GONE = "_gone"
@@ -26,9 +26,14 @@ FLOATS = [None, 0.0, -0.0, 1.5, float("nan"), 1e308]
 STRINGS = [None, "", "a", "b", "é", "zz"]
 
 
+def _bucket(k: int | None) -> int:
+    """The row's ``_bucket``: ``k`` hashed into 3 buckets, as incr's state tables hash θ."""
+    return sparkhash.buckets([pa.array([k], pa.int64())], 3)[0].as_py()
+
+
 def _row(i: int) -> dict:
     k = KEYS[i % len(KEYS)]
-    return {BUCKET: (k or 0) % 3, "k": k, "f": FLOATS[i % len(FLOATS)],
+    return {BUCKET: _bucket(k), "k": k, "f": FLOATS[i % len(FLOATS)],
             "s": STRINGS[i % len(STRINGS)], "v": i}
 
 
@@ -51,7 +56,7 @@ def _vectored(tmp_path: Path, rows: int = 400, mirror_rows: int | None = None
         store.write(path, data.slice(part * rows // 3, rows // 3 + 1), mode="append", batch=part,
                     partition_by=[BUCKET])
     # delete the rows of some (k, v) pairs by vectors; insert a few new ones
-    gone = [{BUCKET: (k or 0) % 3, "k": k, "f": None, "s": None, "v": v, GONE: True}
+    gone = [{BUCKET: _bucket(k), "k": k, "f": None, "s": None, "v": v, GONE: True}
             for k, v in [(KEYS[i % len(KEYS)], i) for i in range(0, rows, 7)]]
     new = [{**_row(i), "v": 10_000 + i, GONE: False} for i in range(0, 60, 5)]
     source = pa.Table.from_pylist(gone + new, SCHEMA.append(pa.field(GONE, pa.bool_())))
@@ -73,14 +78,16 @@ POOLS = {"k": KEYS + [999], "f": FLOATS + [2.5], "s": STRINGS + ["nope"]}
 @settings(max_examples=60, deadline=None)
 @given(columns=st.lists(st.sampled_from(["k", "f", "s"]), min_size=1, max_size=3, unique=True),
        picks=st.lists(st.integers(0, 60), max_size=12), every=st.booleans(),
-       buckets=st.one_of(st.none(), st.sets(st.integers(0, 2))))
+       buckets=st.one_of(st.none(), st.sets(st.integers(0, 2))), hashed=st.booleans())
 def test_rows_found_by_key_are_the_live_rows_delta_rs_reads(vectored, columns, picks, every,
-                                                            buckets):
-    """Values of one column or several (a row matching some, or with ``every`` all of them)."""
+                                                            buckets, hashed):
+    """Values of one column or several (a row matching some, or with ``every`` all of them);
+    ``hashed``: each bucket's files searched only for the values of ``k`` hashing to it."""
     store, path = vectored
     values = {c: [POOLS[c][(i + n) % len(POOLS[c])] for i in picks] for n, c in enumerate(columns)}
     matching = {c: pa.array(v, SCHEMA.field(c).type) for c, v in values.items()}
-    got = store.read_matching(path, matching, buckets=buckets, every=every)
+    got = store.read_matching(path, matching, buckets=buckets, every=every,
+                              bucketed_by=("k", 3) if hashed else None)
     live = pa.table(DeltaTable(str(path)).scan()).to_pylist()
     holds = all if every else any
     expected = [r for r in live if holds(any(_same(r[c], v) for v in values[c]) for c in columns)
@@ -193,3 +200,16 @@ def test_a_merge_by_vectors_matches_string_view_keys(tmp_path):
                   .for_batch(batch).execute())
         assert result.deleted == 1
     assert sorted(store.read(path).column("n").to_pylist()) == [1, 4]
+
+
+def test_wanted_values_split_by_the_bucket_they_hash_to():
+    """Each part holds exactly the values hashing to its bucket; NULL stays wanted in all;
+    a column of another type is not split."""
+    wanted = lookup.Wanted("k", pa.array([None, *range(50)], pa.int64()), pa.int64())
+    parts = wanted.by_bucket(3)
+    assert sorted(parts) == ["0", "1", "2"]
+    assert sorted(v for p in parts.values() for v in p.ordered.tolist()) == list(range(50))
+    for bucket, part in parts.items():
+        assert all(_bucket(v) == int(bucket) for v in part.ordered.tolist())
+        assert part.has_null and len(part.values) == len(part.ordered) < 50
+    assert lookup.Wanted("s", pa.array(["a"]), pa.string()).by_bucket(3) is None
