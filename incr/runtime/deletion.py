@@ -28,6 +28,7 @@ from __future__ import annotations
 import array
 import struct
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -140,4 +141,13 @@ def positions_of(descriptor: Mapping[str, Any]) -> np.ndarray:
     """
     if descriptor.get("storageType") != INLINE:
         raise ValueError(f"a deletion vector stored as {descriptor.get('storageType')!r}, not inline")
-    return deserialize(z85decode(descriptor["pathOrInlineDv"], int(descriptor["sizeInBytes"])))
+    return _decoded(descriptor["pathOrInlineDv"], int(descriptor["sizeInBytes"]))
+
+
+@lru_cache(maxsize=64)
+def _decoded(text: str, size: int) -> np.ndarray:
+    """The positions an inline vector's text holds, read-only: a vector never changes (a
+    new one is a new text), and a batch reads the vectors of the same files again."""
+    positions = deserialize(z85decode(text, size))
+    positions.setflags(write=False)
+    return positions

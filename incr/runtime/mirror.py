@@ -30,7 +30,9 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,16 +142,48 @@ def _usable(wanted: list[Wanted], every: bool) -> list[str]:
     return [w.column for w in wanted if w.ordered is not None]
 
 
-def open_mirror(root: Path, name: str, add: Mapping[str, Any], key: str) -> Mirror | None:
-    """The file's mirror keyed by ``key``, or None when it has none that matches the file
-    the log names."""
-    path = path_of(root, name, key)
+#: Mirrors opened lately, by path: (the mirror file's inode, mtime and size, its rows). A
+#: batch searches the same few dozen files again; a stat then replaces reading the footer.
+_opened: OrderedDict[str, tuple[tuple[int, int, int], pa.Table]] = OrderedDict()
+_OPENED_MAX = 128
+_opened_lock = threading.Lock()
+
+
+def _mapped(path: Path) -> pa.Table | None:
+    """The mirror file's rows, memory-mapped (kept open while its file is the same one);
+    None when there is no such file or it cannot be read."""
+    try:
+        st = os.stat(path)
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        log.info("the key mirror %s is unreadable (%s); it is written again", path, e)
+        return None
+    with _opened_lock:
+        kept = _opened.get(str(path))
+        if kept is not None and kept[0] == stamp:
+            _opened.move_to_end(str(path))
+            return kept[1]
     try:
         rows = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
     except FileNotFoundError:
         return None
     except (OSError, pa.ArrowException) as e:
         log.info("the key mirror %s is unreadable (%s); it is written again", path, e)
+        return None
+    with _opened_lock:
+        _opened[str(path)] = (stamp, rows)
+        while len(_opened) > _OPENED_MAX:
+            _opened.popitem(last=False)
+    return rows
+
+
+def open_mirror(root: Path, name: str, add: Mapping[str, Any], key: str) -> Mirror | None:
+    """The file's mirror keyed by ``key``, or None when it has none that matches the file
+    the log names."""
+    rows = _mapped(path_of(root, name, key))
+    if rows is None:
         return None
     meta = rows.schema.metadata or {}
     if (meta.get(_KEY) != key.encode() or meta.get(_SIZE) != str(add.get("size")).encode()
