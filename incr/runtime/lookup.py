@@ -85,6 +85,9 @@ class Wanted:
         present = pc.drop_null(values)
         self.has_null = len(present) < len(values)
         self.values = pc.unique(comparable(present))
+        #: How many distinct values were wanted (a part :meth:`by_bucket` made keeps its
+        #: whole's): how selective a search by this column is.
+        self.distinct = len(self.values)
         self._as: dict[pa.DataType, pa.Array] = {self.values.type: self.values}
         self.ordered = (np.sort(self.values.to_numpy(zero_copy_only=False))
                         if pa.types.is_integer(type_) else None)

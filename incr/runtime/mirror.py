@@ -255,7 +255,9 @@ def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted
               every: bool, min_rows: int) -> Mirror | None:
     """The mirror to find ``wanted`` in: one the file has keyed by a column it can search
     by, else, for a file of at least ``min_rows`` rows (by its log statistics), a new one
-    keyed by the first such column.  None: read the file as Parquet."""
+    keyed by the one such column with the most distinct wanted values (the join key of a side
+    table, not a value column beside it: the most selective search, and the one every
+    search of the table can use).  None: read the file as Parquet."""
     if min_rows <= 0:
         return None
     keys = _usable(wanted, every)
@@ -267,7 +269,10 @@ def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted
         return None
     schema = pq.read_schema(root / unquote(name))
     keys = [k for k in keys if k in schema.names and pa.types.is_integer(schema.field(k).type)]
-    return write(root, name, add, keys[0]) if keys else None
+    if not keys:
+        return None
+    diverse = {w.column: w.distinct for w in wanted}
+    return write(root, name, add, max(keys, key=lambda k: diverse[k]))
 
 
 def _records(add: Mapping[str, Any]) -> int:

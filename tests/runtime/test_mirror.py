@@ -191,3 +191,17 @@ def test_once_a_table_has_mirrors_every_file_incr_writes_to_it_gets_one(tmp_path
     assert sorted(rows.column("v").to_pylist()) == \
         sorted(DeltaStore(mirror_rows=0).read_matching(path, wanted).column("v").to_pylist())
     assert rows.num_rows == 3 + 1 + 16 + 3  # 9000 thrice, 4, NULL k: 16 loaded, 3 inserted
+
+
+def test_a_file_is_mirrored_by_its_most_selective_wanted_column(tmp_path):
+    """A search by (g, k) where k's wanted values are the more diverse: the mirror is keyed by
+    k, whichever column comes first (a side table's join key, not its value column), and a
+    later search by k alone finds it."""
+    store = DeltaStore(mirror_rows=100)
+    path = tmp_path / "t"
+    _table(store, path)
+    keys = pa.table({"g": pa.array([0, 1, 2, 1], pa.int32()), "k": pa.array([5, 6, 1202, 11])})
+    store.matched_rows(path, keys)
+    assert {p.name.rsplit("@", 1)[1] for p in _mirrors(path)} == {"k.arrow"}
+    store.read_matching(path, {"k": pa.array([5, 1202])})
+    assert {p.name.rsplit("@", 1)[1] for p in _mirrors(path)} == {"k.arrow"}
