@@ -202,6 +202,8 @@ class Fold:
         if stage.kept is not None and self.plan.consumers(stage.name) and \
                 self.state.through(stage.kept.name) < batch:
             self._keep(stage, batch)
+        for table in [*pending, *pending_sides]:
+            self.state.ready_for_vectors(table)
         return None
 
     def _outbox(self, stage: StagePlan, batch: int, name: str = "out") -> str:

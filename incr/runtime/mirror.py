@@ -275,6 +275,16 @@ def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted
     return write(root, name, add, max(keys, key=lambda k: diverse[k]))
 
 
+def ensure(root: Path, name: str, add: Mapping[str, Any], key: str, min_rows: int) -> bool:
+    """Writes the mirror of the file ``name`` keyed by ``key`` when it has none and holds
+    at least ``min_rows`` rows (``min_rows`` ≤ 0: none is written); True when it has one
+    after."""
+    if min_rows <= 0 or _records(add) < min_rows:
+        return False
+    return (open_mirror(root, name, add, key) is not None
+            or write(root, name, add, key) is not None)
+
+
 def _records(add: Mapping[str, Any]) -> int:
     """The file's row count in its log statistics (0 when it has none)."""
     try:

@@ -171,6 +171,25 @@ class ViewState:
         rows = self.store.row_count(self.path(table.name))
         return rows is None or rows > self.engines.settings.state_vector_rows
 
+    def ready_for_vectors(self, table: StateTable) -> None:
+        """Readies a table the next batches ⊗ by deletion vectors (:meth:`vectors`) but
+        that has no vectors yet (just loaded, or just grown past the threshold), while its
+        batch is being applied anyway: the feature is enabled, so reads by key search only
+        the rows the keys reach (not a filtered scan of every file), and its large files
+        are mirrored by the column they are sorted by (:mod:`~incr.runtime.mirror`: the
+        bucket's column, a side table's join key).  The first batch after a load then costs
+        what later ones do; the load pays for the mirrors."""
+        path = self.path(table.name)
+        if not self.store.exists(path) or has_deletion_vectors(self.store.table(path)) \
+                or not self.vectors(table):
+            return
+        self.store.enable_deletion_vectors(path)
+        schema = self.store.schema(path)
+        key = next((c for c in table.sort_columns
+                    if c in schema.names and pa.types.is_integer(schema.field(c).type)), None)
+        if key is not None:
+            self.store.mirror_files(path, key)
+
     def replace_by_vectors(self, table: StateTable, changed: pa.Table, live: pa.Table,
                            batch: int) -> int:
         """⊗= by deletion vectors: the rows of ``changed``'s keys are marked deleted where

@@ -539,6 +539,14 @@ class DeltaStore:
         except (DeltaError, OSError) as e:
             raise _failed(f"enabling deletion vectors on the Delta table at {path}", path, e) from e
 
+    def mirror_files(self, path: str | Path, key: str) -> int:
+        """Writes the key mirror by ``key`` (an integer column) of every current file of at
+        least ``mirror_rows`` rows that has none (:func:`~incr.runtime.mirror.ensure`);
+        returns how many files have one."""
+        root = Path(path)
+        return sum(mirror.ensure(root, name, add, key, self.mirror_rows)
+                   for name, add in self.live_adds(path).items())
+
     def matched_rows(self, path: str | Path, keys: pa.Table) -> dict[str, np.ndarray]:
         """The positions of the current live rows whose columns ``keys.column_names`` equal
         (NULL equal to NULL) those of a row of ``keys``, by the file's path in the table's log.

@@ -221,3 +221,38 @@ CREATE VIEW s AS SELECT k, SUM(d) AS total FROM t GROUP BY k;
     after = explain_program(compiled, {"s": stored})
     assert "types as stored by the last run" in after
     assert re.search(r"sum_d\s+DECIMAL\(25, 2\)", after), after
+
+
+def test_a_table_loaded_past_the_vector_threshold_is_ready_before_its_next_batch(
+        spark, tmp_path, monkeypatch):
+    """The batch that first fills a state table past ``INCR_STATE_VECTOR_ROWS`` also enables
+    its deletion vectors and mirrors its files by the column they are sorted by (a side
+    table's join key), so the next batch searches it by key at once: it writes no mirror by
+    reading a file back, and the answer stays exact."""
+    from incr.config import Settings
+    from incr.runtime import mirror
+    from incr.runtime.report import read_answer
+    from incr.runtime.store import has_deletion_vectors
+
+    compiled = compile_text(PROGRAM, path="total.sql", name="total")
+    landing = tmp_path / "landing"
+    pipeline = Pipeline(compiled, landing, tmp_path / "wh", spark=spark,
+                        config=Settings(state_vector_rows=10, mirror_rows=1))
+    side = next(t for t in compiled.plans[0].top.tables if t.side_of == "a")
+    path = pipeline.views["total"].table_path(side.name)
+    _land(landing, "a", 0, [(k, k) for k in range(40)])
+    assert pipeline.run().rejected is None
+    store = DeltaStore()
+    assert has_deletion_vectors(store.table(path))
+    keyed = {p.name.rsplit("@", 1)[1] for p in (path / mirror.DIRECTORY).rglob("*.arrow")}
+    assert keyed == {f"{side.sort_columns[0]}.arrow"} and side.sort_columns[0] == "a__k"
+    read_back: list = []
+    real = mirror.write
+    monkeypatch.setattr(mirror, "write", lambda *a: read_back.append(a) or real(*a))
+    _land(landing, "b", 1, [(k, 2) for k in range(0, 40, 3)])
+    _land(landing, "a", 2, [(k, 1) for k in range(0, 40, 5)])
+    assert pipeline.run().rejected is None
+    assert [a[1] for a in read_back if Path(a[0]) == path] == []
+    answer, _ = read_answer(tmp_path / "wh", compiled.plans[0])
+    expected = sum(k * 2 for k in range(0, 40, 3)) + sum(2 for k in range(0, 40, 15))
+    assert answer.to_pylist() == [{"s": expected, "n": 14 + 3}]
