@@ -158,7 +158,7 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
          deleted: Callable[[str, Mapping[str, Any]], np.ndarray], *,
          buckets: Iterable[int] | None = None, bucket: str | None = None,
          columns: Iterable[str] | None = None, every: bool = False,
-         mirror_rows: int = 0, bucketed_by: tuple[str, int] | None = None) -> Found:
+         mirror_rows: tuple[int, int] = (0, 0), bucketed_by: tuple[str, int] | None = None) -> Found:
     """The live rows of the files ``adds`` (the table's current ``add`` actions by path)
     whose value of some ``wanted`` column (of every one, with ``every``) is one of its values.
 
@@ -169,9 +169,10 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
             rows are left out.
         buckets: only files of these values of the partition column ``bucket``.
         columns: the columns of the rows returned (default: all of ``schema``).
-        mirror_rows: files of at least this many rows are searched in their key mirror
-            (:mod:`~incr.runtime.mirror`; written on their first search), when a wanted
-            column is an integer one; 0: every file is read as Parquet.
+        mirror_rows: (least, most): files of at least ``least`` and at most ``most`` rows
+            (0: no limit) are searched in their key mirror (:mod:`~incr.runtime.mirror`;
+            written on their first search), when a wanted column is an integer one;
+            ``least`` 0: every file is read as Parquet.
         bucketed_by: (column, count) when the table's files are partitioned by ``bucket``
             = the hash of that one column into ``count`` buckets: a file is then searched
             for the wanted values of that column that hash to its bucket only.
@@ -194,7 +195,7 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
             here = [split[1][values[bucket]] if i == split[0] else w for i, w in enumerate(wanted)]
         if not _file_may_hold(add, here, every):
             continue
-        kept = mirror.mirror_of(root, name, add, here, every, mirror_rows)
+        kept = mirror.mirror_of(root, name, add, here, every, *mirror_rows)
         if kept is not None:
             index, hit = kept.find(here, every)
             live = ~np.isin(hit, deleted(name, add), assume_unique=True) if len(hit) else None

@@ -252,12 +252,13 @@ def keys_for_new_files(root: Path, schema: pa.Schema) -> list[str]:
 
 
 def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted],
-              every: bool, min_rows: int) -> Mirror | None:
+              every: bool, min_rows: int, max_rows: int = 0) -> Mirror | None:
     """The mirror to find ``wanted`` in: one the file has keyed by a column it can search
-    by, else, for a file of at least ``min_rows`` rows (by its log statistics), a new one
-    keyed by the one such column with the most distinct wanted values (the join key of a side
-    table, not a value column beside it: the most selective search, and the one every
-    search of the table can use).  None: read the file as Parquet."""
+    by, else, for a file of ``min_rows`` to ``max_rows`` rows (by its log statistics; see
+    :func:`_in_range`), a new one keyed by the one such column with the most distinct
+    wanted values (the join key of a side table, not a value column beside it: the most
+    selective search, and the one every search of the table can use).  None: read the
+    file as Parquet."""
     if min_rows <= 0:
         return None
     keys = _usable(wanted, every)
@@ -265,7 +266,7 @@ def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted
         mirror = open_mirror(root, name, add, key)
         if mirror is not None:
             return mirror
-    if _records(add) < min_rows:
+    if not _in_range(add, min_rows, max_rows):
         return None
     schema = pq.read_schema(root / unquote(name))
     keys = [k for k in keys if k in schema.names and pa.types.is_integer(schema.field(k).type)]
@@ -275,14 +276,21 @@ def mirror_of(root: Path, name: str, add: Mapping[str, Any], wanted: list[Wanted
     return write(root, name, add, max(keys, key=lambda k: diverse[k]))
 
 
-def ensure(root: Path, name: str, add: Mapping[str, Any], key: str, min_rows: int) -> bool:
-    """Writes the mirror of the file ``name`` keyed by ``key`` when it has none and holds
-    at least ``min_rows`` rows (``min_rows`` ≤ 0: none is written); True when it has one
-    after."""
-    if min_rows <= 0 or _records(add) < min_rows:
+def ensure(root: Path, name: str, add: Mapping[str, Any], key: str, min_rows: int,
+           max_rows: int = 0) -> bool:
+    """Writes the mirror of the file ``name`` keyed by ``key`` when it has none and its
+    rows are in range (:func:`_in_range`); True when it has one after."""
+    if not _in_range(add, min_rows, max_rows):
         return False
     return (open_mirror(root, name, add, key) is not None
             or write(root, name, add, key) is not None)
+
+
+def _in_range(add: Mapping[str, Any], min_rows: int, max_rows: int) -> bool:
+    """Whether a file of these rows gets a mirror: at least ``min_rows`` (≤ 0: none does),
+    at most ``max_rows`` (≤ 0: no limit), as writing one reads the file whole."""
+    rows = _records(add)
+    return min_rows > 0 and rows >= min_rows and (max_rows <= 0 or rows <= max_rows)
 
 
 def _records(add: Mapping[str, Any]) -> int:

@@ -166,7 +166,8 @@ class Pipeline:
         self.warehouse = Path(warehouse)
         check_table_root(self.warehouse)
         self.engines = Engines(config, spark=spark, local_rows=local_rows)
-        self.store = store or DeltaStore(self.engines.settings.mirror_rows)
+        self.store = store or DeltaStore(self.engines.settings.mirror_rows,
+                                         self.engines.settings.local_state_rows)
         self.meta = self.warehouse / "_incr" / compiled.name
         self.locks = Locks(self.meta / "locks", compiled.name)
         self.ledger = Ledger(self.store, self.meta / "ledger")

@@ -108,11 +108,15 @@ class DeltaStore:
     file is no longer the one it read (the directory was removed or the table recreated).
     """
 
-    def __init__(self, mirror_rows: int | None = None) -> None:
+    def __init__(self, mirror_rows: int | None = None, mirror_max_rows: int | None = None) -> None:
         """``mirror_rows``: files of at least this many rows of a table with deletion vectors
         are searched by key in a mirror (:mod:`~incr.runtime.mirror`); default
-        ``INCR_MIRROR_ROWS``, 0 for none."""
+        ``INCR_MIRROR_ROWS``, 0 for none.  ``mirror_max_rows``: but none of more rows than
+        this (writing a mirror reads its file whole into memory); default
+        ``INCR_LOCAL_STATE_ROWS``, the rows the driver may hold, 0 for no limit."""
         self.mirror_rows = settings().mirror_rows if mirror_rows is None else mirror_rows
+        self.mirror_max_rows = (settings().local_state_rows if mirror_max_rows is None
+                                else mirror_max_rows)
         self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
         self._adds: dict[str, tuple[int, dict[str, dict[str, Any]], tuple[int, int] | None]] = {}
         #: The last :meth:`read_matching` of a table with deletion vectors on one column or
@@ -321,7 +325,7 @@ class DeltaStore:
             wanted = [lookup.Wanted(c, v, schema.field(c).type) for c, v in matching.items()]
             found = lookup.find(Path(path), self.live_adds(path), schema, wanted,
                                 _VectorReader(dt, Path(path)), buckets=buckets, bucket=BUCKET,
-                                every=every, mirror_rows=self.mirror_rows,
+                                every=every, mirror_rows=(self.mirror_rows, self.mirror_max_rows),
                                 bucketed_by=bucketed_by)
             if buckets is None and (every or len(wanted) == 1):  # for the MERGE that deletes them
                 self._found[str(path)] = (dt.version(), tuple(wanted), found)
@@ -544,7 +548,7 @@ class DeltaStore:
         least ``mirror_rows`` rows that has none (:func:`~incr.runtime.mirror.ensure`);
         returns how many files have one."""
         root = Path(path)
-        return sum(mirror.ensure(root, name, add, key, self.mirror_rows)
+        return sum(mirror.ensure(root, name, add, key, self.mirror_rows, self.mirror_max_rows)
                    for name, add in self.live_adds(path).items())
 
     def matched_rows(self, path: str | Path, keys: pa.Table) -> dict[str, np.ndarray]:
@@ -568,7 +572,7 @@ class DeltaStore:
         if found is None:
             found = lookup.find(root, self.live_adds(path), schema, wanted,
                                 _VectorReader(dt, root), columns=keys.column_names, every=True,
-                                mirror_rows=self.mirror_rows)
+                                mirror_rows=(self.mirror_rows, self.mirror_max_rows))
         if not found.rows.num_rows:
             return {}
         keep = np.ones(found.rows.num_rows, dtype=bool)

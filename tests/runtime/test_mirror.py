@@ -205,3 +205,17 @@ def test_a_file_is_mirrored_by_its_most_selective_wanted_column(tmp_path):
     assert {p.name.rsplit("@", 1)[1] for p in _mirrors(path)} == {"k.arrow"}
     store.read_matching(path, {"k": pa.array([5, 1202])})
     assert {p.name.rsplit("@", 1)[1] for p in _mirrors(path)} == {"k.arrow"}
+
+
+def test_a_file_beyond_the_rows_the_driver_may_hold_is_not_mirrored(tmp_path):
+    """Writing a mirror reads its file whole: a file of more rows than ``mirror_max_rows``
+    (``INCR_LOCAL_STATE_ROWS``) is searched as Parquet, by row groups, with the same rows."""
+    store = DeltaStore(mirror_rows=100, mirror_max_rows=499)
+    path = tmp_path / "t"
+    _table(store, path)  # three files of 500 rows
+    wanted = {"k": pa.array([3, 600, 1499], pa.int64())}
+    rows = store.read_matching(path, wanted)
+    assert _mirrors(path) == [] and store.mirror_files(path, "k") == 0
+    assert sorted(rows.column("v").to_pylist()) == [1.5, 300.0, 749.5]
+    assert DeltaStore(mirror_rows=100, mirror_max_rows=500).mirror_files(path, "k") == 3
+    assert len(_mirrors(path)) == 3
