@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import array
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -132,6 +133,14 @@ def inline(positions: Iterable[int] | np.ndarray) -> dict[str, Any]:
             "cardinality": count}
 
 
+#: Vectors decoded lately, read-only, by their text: a vector never changes (a new one is a
+#: new text), and a batch reads the vectors of the same files more than once.  At most
+#: about this many bytes are kept.
+_decoded: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+_DECODED_BYTES = 64 * 1024 * 1024
+_decoded_lock = threading.Lock()
+
+
 def positions_of(descriptor: Mapping[str, Any]) -> np.ndarray:
     """The deleted positions of an inline vector's descriptor.
 
@@ -141,13 +150,19 @@ def positions_of(descriptor: Mapping[str, Any]) -> np.ndarray:
     """
     if descriptor.get("storageType") != INLINE:
         raise ValueError(f"a deletion vector stored as {descriptor.get('storageType')!r}, not inline")
-    return _decoded(descriptor["pathOrInlineDv"], int(descriptor["sizeInBytes"]))
-
-
-@lru_cache(maxsize=64)
-def _decoded(text: str, size: int) -> np.ndarray:
-    """The positions an inline vector's text holds, read-only: a vector never changes (a
-    new one is a new text), and a batch reads the vectors of the same files again."""
+    text, size = descriptor["pathOrInlineDv"], int(descriptor["sizeInBytes"])
+    with _decoded_lock:
+        kept = _decoded.get((text, size))
+        if kept is not None:
+            _decoded.move_to_end((text, size))
+            return kept
     positions = deserialize(z85decode(text, size))
     positions.setflags(write=False)
+    with _decoded_lock:
+        _decoded[(text, size)] = positions
+        held = sum(p.nbytes + len(t) for (t, _), p in _decoded.items())
+        while held > _DECODED_BYTES and len(_decoded) > 1:
+            (t, _), p = _decoded.popitem(last=False)
+            held -= p.nbytes + len(t)
     return positions
+

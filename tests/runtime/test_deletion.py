@@ -4,6 +4,7 @@ writes them (``Merge.with_deletion_vectors``) against the copy-on-write MERGE.""
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,21 @@ def test_a_vector_reads_back_as_the_positions_it_was_written_from(positions):
     assert descriptor["cardinality"] == len(positions)
     assert len(descriptor["pathOrInlineDv"]) % 5 == 0
     assert deletion.positions_of(descriptor).tolist() == sorted(positions)
+
+
+def test_decoded_vectors_are_kept_read_only_within_a_byte_budget(monkeypatch):
+    """A vector read again is not decoded again; what is kept is read-only (callers share
+    it) and about ``_DECODED_BYTES`` at most, the most recently read kept."""
+    monkeypatch.setattr(deletion, "_decoded", OrderedDict())
+    monkeypatch.setattr(deletion, "_DECODED_BYTES", 3 * 8 * 1000 + 3 * 2000)
+    vectors = [deletion.inline(range(i, i + 1000)) for i in range(0, 5000, 1000)]
+    first = deletion.positions_of(vectors[0])
+    assert deletion.positions_of(vectors[0]) is first and not first.flags.writeable
+    for start, v in zip(range(1000, 5000, 1000), vectors[1:], strict=True):
+        assert deletion.positions_of(v).tolist() == list(range(start, start + 1000))
+    kept = list(deletion._decoded.values())
+    assert 1 <= len(kept) <= 3 and kept[-1][0] == 4000
+    assert deletion.positions_of(vectors[0]).tolist() == list(range(1000))
 
 
 def test_a_vector_stored_elsewhere_is_not_read_as_inline():
