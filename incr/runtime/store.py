@@ -104,8 +104,8 @@ class DeltaStore:
     the commits since), which costs a fraction of opening the log again: a batch asks
     about the same few tables a dozen times.  A local table whose next commit file does not
     exist has had no commit since, and is not asked at all (a stat, where delta-rs lists
-    the log).  A kept table is dropped when its last commit
-    file is no longer the one it read (the directory was removed or the table recreated).
+    the log).  A kept table is dropped when its last commit file is no longer the one it
+    read (the directory was removed or the table recreated).
     """
 
     def __init__(self, mirror_rows: int | None = None, mirror_max_rows: int | None = None) -> None:
@@ -544,9 +544,9 @@ class DeltaStore:
             raise _failed(f"enabling deletion vectors on the Delta table at {path}", path, e) from e
 
     def mirror_files(self, path: str | Path, key: str) -> int:
-        """Writes the key mirror by ``key`` (an integer column) of every current file of at
-        least ``mirror_rows`` rows that has none (:func:`~incr.runtime.mirror.ensure`);
-        returns how many files have one."""
+        """Writes the key mirror by ``key`` (an integer column) of every current file of
+        ``mirror_rows`` to ``mirror_max_rows`` rows that has none
+        (:func:`~incr.runtime.mirror.ensure`); returns how many files have one."""
         root = Path(path)
         return sum(mirror.ensure(root, name, add, key, self.mirror_rows, self.mirror_max_rows)
                    for name, add in self.live_adds(path).items())
