@@ -274,6 +274,16 @@ class StagePlan:
             table = self.main_tables[0].name
         return next(h.buckets for h in self.h if h.table.name == table)
 
+    def bucketed_by(self, table: StateTable) -> tuple[str, int] | None:
+        """(column, bucket count) when ``table``'s ``_bucket`` hashes one column; else None.
+
+        A key's bucket then follows from its value alone (a search by that column need
+        look in each bucket's files for that bucket's keys only).
+        """
+        if len(table.bucket_columns) != 1:
+            return None
+        return table.bucket_columns[0], self.buckets_of(table.name)
+
     @property
     def direct(self) -> bool:
         """True when h reads the single input's changes directly (no join, no side tables)."""

@@ -324,10 +324,9 @@ class AnswerTable:
             theta = [k.name for k in t.keys if k.name in groups.column_names]
             matching = ({c: groups.column(c) for c in theta}
                         if engine.name == DRIVER and theta else None)
-            hashed = ((t.bucket_columns[0], self.plan.top.buckets_of(t.name))
-                      if len(t.bucket_columns) == 1 else None)
             state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets,
-                                 matching=matching, every=True, bucketed_by=hashed)
+                                 matching=matching, every=True,
+                                 bucketed_by=self.plan.top.bucketed_by(t))
             views[t.name] = engine.view(f"{prefix}touched_{t.name}",
                                         render_old_rows(t, state, keys))
         return views

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import array
 import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 from pyroaring import BitMap
+
+from incr.runtime.bounded import Bounded
 
 #: The protocol's magic number of a serialized RoaringBitmapArray.
 MAGIC = 1681511377
@@ -135,10 +135,9 @@ def inline(positions: Iterable[int] | np.ndarray) -> dict[str, Any]:
 
 #: Vectors decoded lately, read-only, by their text: a vector never changes (a new one is a
 #: new text), and a batch reads the vectors of the same files more than once.  At most
-#: about this many bytes are kept.
-_decoded: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
-_DECODED_BYTES = 64 * 1024 * 1024
-_decoded_lock = threading.Lock()
+#: about 64 MiB are kept.
+_decoded: Bounded[tuple[str, int], np.ndarray] = Bounded(
+    64 * 1024 * 1024, lambda key, positions: positions.nbytes + len(key[0]))
 
 
 def positions_of(descriptor: Mapping[str, Any]) -> np.ndarray:
@@ -150,19 +149,11 @@ def positions_of(descriptor: Mapping[str, Any]) -> np.ndarray:
     """
     if descriptor.get("storageType") != INLINE:
         raise ValueError(f"a deletion vector stored as {descriptor.get('storageType')!r}, not inline")
-    text, size = descriptor["pathOrInlineDv"], int(descriptor["sizeInBytes"])
-    with _decoded_lock:
-        kept = _decoded.get((text, size))
-        if kept is not None:
-            _decoded.move_to_end((text, size))
-            return kept
-    positions = deserialize(z85decode(text, size))
-    positions.setflags(write=False)
-    with _decoded_lock:
-        _decoded[(text, size)] = positions
-        held = sum(p.nbytes + len(t) for (t, _), p in _decoded.items())
-        while held > _DECODED_BYTES and len(_decoded) > 1:
-            (t, _), p = _decoded.popitem(last=False)
-            held -= p.nbytes + len(t)
+    key = (descriptor["pathOrInlineDv"], int(descriptor["sizeInBytes"]))
+    positions = _decoded.get(key)
+    if positions is None:
+        positions = deserialize(z85decode(*key))
+        positions.setflags(write=False)
+        _decoded.put(key, positions)
     return positions
 

@@ -264,17 +264,7 @@ class Fold:
             matching[m.side_column] = (pa.concat_arrays([matching[m.side_column], found])
                                        if m.side_column in matching else found)
         return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
-                                 matching=matching, bucketed_by=self._bucketed_by(table))
-
-    def _bucketed_by(self, table: StateTable) -> tuple[str, int] | None:
-        """(column, bucket count) when ``table``'s ``_bucket`` is the hash of one column
-        (see :meth:`~incr.runtime.engine.Engine.delta`); None otherwise."""
-        if len(table.bucket_columns) != 1:
-            return None
-        for stage in self.plan.stages:
-            if any(t.name == table.name for t in stage.tables):
-                return table.bucket_columns[0], stage.buckets_of(table.name)
-        return None
+                                 matching=matching, bucketed_by=stage.bucketed_by(table))
 
     def _split(self, delta: _Delta, stage: StagePlan) -> tuple[str, str]:
         """Plain rows of Δ's insertions and of its deletions (one per copy), as two views."""
@@ -439,7 +429,8 @@ class Fold:
             matching[column] = values.column(0).combine_chunks()
         return self.engine.delta(f"{self._prefix}state_{table.name}", self.state.path(table.name),
                                  matching=matching, every=True,
-                                 bucketed_by=self._bucketed_by(table) if touched_as is None else None)
+                                 bucketed_by=(self.plan.stage_of(table.name).bucketed_by(table)
+                                              if touched_as is None else None))
 
     def _note_touched(self, stage: StagePlan, table: StateTable, rows: pa.Table) -> None:
         """Keeps the groups of the view's own stage that ``rows`` (about to be merged into

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from incr.runtime import mirror
+from incr.runtime import mirror, sparkhash
 
 
 @dataclass(frozen=True)
@@ -117,8 +117,6 @@ class Wanted:
         keyed by the bucket's partition value; None for a column that is not an integer one
         (only those are split).  A file of one bucket then need only be searched for its
         own values: 1/count of them.  NULL stays wanted in every part."""
-        from incr.runtime import sparkhash
-
         if self.ordered is None:
             return None
         try:

@@ -30,9 +30,7 @@ import json
 import logging
 import os
 import tempfile
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +41,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from incr.runtime.bounded import Bounded
 
 if TYPE_CHECKING:
     from incr.runtime.lookup import Wanted
@@ -144,9 +144,7 @@ def _usable(wanted: list[Wanted], every: bool) -> list[str]:
 
 #: Mirrors opened lately, by path: (the mirror file's inode, mtime and size, its rows). A
 #: batch searches the same few dozen files again; a stat then replaces reading the footer.
-_opened: OrderedDict[str, tuple[tuple[int, int, int], pa.Table]] = OrderedDict()
-_OPENED_MAX = 128
-_opened_lock = threading.Lock()
+_opened: Bounded[str, tuple[tuple[int, int, int], pa.Table]] = Bounded(128)
 
 
 def _mapped(path: Path) -> pa.Table | None:
@@ -160,11 +158,9 @@ def _mapped(path: Path) -> pa.Table | None:
     except OSError as e:
         log.info("the key mirror %s is unreadable (%s); it is written again", path, e)
         return None
-    with _opened_lock:
-        kept = _opened.get(str(path))
-        if kept is not None and kept[0] == stamp:
-            _opened.move_to_end(str(path))
-            return kept[1]
+    kept = _opened.get(str(path))
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
     try:
         rows = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
     except FileNotFoundError:
@@ -172,10 +168,7 @@ def _mapped(path: Path) -> pa.Table | None:
     except (OSError, pa.ArrowException) as e:
         log.info("the key mirror %s is unreadable (%s); it is written again", path, e)
         return None
-    with _opened_lock:
-        _opened[str(path)] = (stamp, rows)
-        while len(_opened) > _OPENED_MAX:
-            _opened.popitem(last=False)
+    _opened.put(str(path), (stamp, rows))
     return rows
 
 

@@ -4,7 +4,6 @@ writes them (``Merge.with_deletion_vectors``) against the copy-on-write MERGE.""
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from hypothesis import strategies as st
 
 from incr.errors import StorageError
 from incr.runtime import deletion, deltalog
+from incr.runtime.bounded import Bounded
 from incr.runtime.session import read_delta
 from incr.runtime.store import DeltaStore, has_deletion_vectors
 
@@ -38,8 +38,8 @@ def test_a_vector_reads_back_as_the_positions_it_was_written_from(positions):
 def test_decoded_vectors_are_kept_read_only_within_a_byte_budget(monkeypatch):
     """A vector read again is not decoded again; what is kept is read-only (callers share
     it) and about ``_DECODED_BYTES`` at most, the most recently read kept."""
-    monkeypatch.setattr(deletion, "_decoded", OrderedDict())
-    monkeypatch.setattr(deletion, "_DECODED_BYTES", 3 * 8 * 1000 + 3 * 2000)
+    monkeypatch.setattr(deletion, "_decoded", Bounded(
+        3 * 8 * 1000 + 3 * 2000, lambda key, positions: positions.nbytes + len(key[0])))
     vectors = [deletion.inline(range(i, i + 1000)) for i in range(0, 5000, 1000)]
     first = deletion.positions_of(vectors[0])
     assert deletion.positions_of(vectors[0]) is first and not first.flags.writeable
