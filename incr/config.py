@@ -36,6 +36,7 @@ the environment.
 | INCR_RETRIES            | 2         | how often Airflow retries a failed or killed task of a DAG        |
 | INCR_RETRY_DELAY_S      | 30        | seconds Airflow waits before retrying it                          |
 | INCR_CRASH_AT           | (none)    | tests only: kill the process at a named point (:mod:`faults`)     |
+| INCR_PAUSE_AT           | (none)    | tests only: ``point:file``, wait at a point until the file exists |
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class Settings:
     retries: int = field(default=2, metadata={"env": "INCR_RETRIES"})
     retry_delay_s: float = field(default=30.0, metadata={"env": "INCR_RETRY_DELAY_S"})
     crash_at: str | None = field(default=None, metadata={"env": "INCR_CRASH_AT"})
+    pause_at: str | None = field(default=None, metadata={"env": "INCR_PAUSE_AT"})
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

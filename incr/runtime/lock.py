@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from incr.errors import StorageError
+from incr.runtime import faults
 
 _POLL_S = 0.05
 _PID_WIDTH = 32
@@ -113,4 +114,5 @@ class Locks:
                 stack.enter_context(locked(self.root / f"{name}.lock", what, wait_s))
                 self._held.add(name)
                 stack.callback(self._held.discard, name)
+            faults.pause_point("locks.held")
             yield

@@ -55,7 +55,7 @@ SCHEMAS = {"s": pa.schema([("g", pa.string()), ("k", pa.int64()), ("v", pa.int64
 
 def kill_env(**extra: str) -> dict[str, str]:
     """The environment of the killed processes: small batches local, large ones in Spark."""
-    env = {k: v for k, v in os.environ.items() if k not in ("INCR_CRASH_AT",)}
+    env = {k: v for k, v in os.environ.items() if k not in ("INCR_CRASH_AT", "INCR_PAUSE_AT")}
     env.update(INCR_LOCAL_ROWS=str(LOCAL_ROWS), INCR_LOCK_WAIT_S="0",
                INCR_SPARK_CONF="spark.sql.shuffle.partitions=2,spark.driver.memory=1g", **extra)
     return env
