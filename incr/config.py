@@ -12,6 +12,7 @@ the environment.
 | INCR_LOCAL_ROWS         | 200000    | largest batch the driver-side engine may take (0: Spark only)     |
 | INCR_LOCAL_STATE_ROWS   | 1000000   | largest state/side table the driver-side engine reads             |
 | INCR_LOCAL_INDEX_ROWS   | 5000000   | largest row index the driver checks deletes against               |
+| INCR_GROUP_BATCHES      | 1         | fold pending driver-sized batches of different sources as one step |
 | INCR_ANSWER_BY_CHANGE   | 1         | 0: rewrite every answer whole, even where it could follow by change |
 | INCR_ANSWER_MERGE_REACH | 0.5       | MERGE a per-group answer while its touched files hold ≤ this share |
 |                         |           | (when it is MERGEd without deletion vectors)                      |
@@ -88,6 +89,7 @@ class Settings:
     local_rows: int = field(default=200_000, metadata={"env": "INCR_LOCAL_ROWS"})
     local_state_rows: int = field(default=1_000_000, metadata={"env": "INCR_LOCAL_STATE_ROWS"})
     local_index_rows: int = field(default=5_000_000, metadata={"env": "INCR_LOCAL_INDEX_ROWS"})
+    group_batches: bool = field(default=True, metadata={"env": "INCR_GROUP_BATCHES"})
     answer_by_change: bool = field(default=True, metadata={"env": "INCR_ANSWER_BY_CHANGE"})
     answer_merge_reach: float = field(default=0.5, metadata={"env": "INCR_ANSWER_MERGE_REACH"})
     answer_deletion_vectors: bool = field(default=True,

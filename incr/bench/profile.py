@@ -35,7 +35,7 @@ PROBES: tuple[tuple[str, str, str, str], ...] = (
     ("register files", "incr.runtime.pipeline", "Pipeline", "register"),
     ("read batch", "incr.runtime.pipeline", "Pipeline", "_load"),
     ("row index", "incr.runtime.pipeline", "Pipeline", "_index"),
-    ("view", "incr.runtime.maintain", "ViewRuntime", "apply"),
+    ("view", "incr.runtime.maintain", "ViewRuntime", "apply_together"),
     ("answer publish", "incr.runtime.answer", "AnswerTable", "publish"),
     ("a(state)", "incr.runtime.answer", "AnswerTable", "compute"),
     ("state read setup", "incr.runtime.session", None, "read_delta"),

@@ -342,27 +342,21 @@ class StagePlan:
         to *each* changed input of that branch, a side row can only meet Δ if one of those
         columns holds a value the change has: the rows returned are a superset of what Δ
         reads, so a reader may keep just them.  ``()``: Δ reads none of its rows (no term
-        joins it: it changed alone, or shares no branch with a change).  None when no such
-        bound exists: it changed beside another input of its branch, it is an anti input
-        (its side also answers "no match"), or a branch reaches it only through an
-        unchanged input.
+        joins it: it changed alone, or shares no branch with a change).  An input that
+        changed beside others (a self-join, or batches of two tables folded as one step) is
+        bounded the same way by the others' changes: its side is read only in their terms.
+        None when no such bound exists: it is an anti input (its side also answers "no
+        match"), or a branch reaches it only through an unchanged input.
         """
         moved = set(changed)
-        if alias in moved:
-            for branch in self.branches:
-                aliases = {i.alias for i in branch.join.all_inputs}
-                if alias in aliases and (len(aliases & moved) > 1 or any(
-                        a.input.alias == alias for a in branch.join.anti)):
-                    return None
-            return ()
         found: list[SideMatch] = []
         for branch in self.branches:
             join = branch.join
             if any(a.input.alias == alias for a in join.anti):
                 return None
             inputs = {i.alias: i for i in join.inputs}
-            here = [a for a in inputs if a in moved] + [a.input.alias for a in join.anti
-                                                        if a.input.alias in moved]
+            here = [a for a in inputs if a in moved and a != alias] + [
+                a.input.alias for a in join.anti if a.input.alias in moved]
             if alias not in inputs or not here:
                 continue
             mine = inputs[alias]

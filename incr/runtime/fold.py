@@ -85,8 +85,9 @@ class ViewMetrics:
     state_rows_touched: int = 0
     answer_rows: int = 0
     #: "change" (a MERGE of the touched groups), "top" (a top-k from its old rows and the
-    #: touched groups), "rewrite" (a(state) over the whole state) or "building" (not
-    #: published: the view's new state is catching up while its old answer is served).
+    #: touched groups), "rewrite" (a(state) over the whole state), "building" (not
+    #: published: the view's new state is catching up while its old answer is served) or
+    #: "ahead" (not published: a stopped run folded this batch with later ones as one step).
     answer_mode: str = ""
     tables: dict[str, dict] = field(default_factory=dict)
     #: Seconds per stage the batch reached (producers first; the view's own stage last,
@@ -138,22 +139,40 @@ class Fold:
         ``view`` holds plain rows, all inserted (``sign`` +1) or all deleted (-1), or with
         ``sign`` 0 signed rows (a ``_w`` column of ±copies).
         """
-        if sign == 0 or all(s.direct for s in self.plan.stages if self.plan.depends_on(s, source)):
-            signed = view  # direct stages read the plain batch (see _stage_delta)
-        else:
-            signed = self._view(f"batch_{source}", render_signed(view, sign))
+        self.run_together(batch, [(source, view, sign)])
+
+    def run_together(self, batch: int, changes: list[tuple[str, str, int]]) -> None:
+        """Folds the changes of several sources at once, as one step numbered ``batch``.
+
+        ``changes``: (source, registered view, sign) per source, each as in :meth:`run`,
+        the sources distinct.  A stage that joins two of them takes Δ of its input by the
+        same rule as a self-join's (one term per changed input), so folding batches of
+        ``xs`` and ``ys`` together equals folding them one after the other.
+        """
+        signed_of: dict[str, tuple[str, int]] = {}
+        plain_of: dict[str, str] = {}
+        for source, view, sign in changes:
+            key = source.lower()
+            assert key not in plain_of, f"two changes of {source} in one fold"
+            plain_of[key] = view
+            if sign == 0 or all(s.direct for s in self.plan.stages if self.plan.depends_on(s, source)):
+                signed_of[key] = (view, sign)  # direct stages read the plain batch (see _stage_delta)
+            else:
+                signed_of[key] = (self._view(f"batch_{source}", render_signed(view, sign)), sign)
         outboxes: dict[str, str] = {}
         for stage in self.plan.stages:
-            if not self.plan.depends_on(stage, source):
+            if not any(self.plan.depends_on(stage, source) for source, _, _ in changes):
                 continue
-            changes: dict[str, tuple[str, int]] = {}
+            stage_changes: dict[str, tuple[str, int]] = {}
+            batch_view = ""
             for inp in stage.inputs:
                 if inp.derived and inp.table in outboxes:
-                    changes[inp.alias] = (outboxes[inp.table], 0)
-                elif not inp.derived and inp.table.lower() == source.lower():
-                    changes[inp.alias] = (signed, sign)
+                    stage_changes[inp.alias] = (outboxes[inp.table], 0)
+                elif not inp.derived and inp.table.lower() in signed_of:
+                    stage_changes[inp.alias] = signed_of[inp.table.lower()]
+                    batch_view = plain_of[inp.table.lower()]
             t0 = time.perf_counter()
-            virtual = self._apply_stage(stage, batch, changes, view)
+            virtual = self._apply_stage(stage, batch, stage_changes, batch_view)
             if virtual is not None:
                 outboxes[stage.name] = virtual
             elif self.plan.consumers(stage.name):

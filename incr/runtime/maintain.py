@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -37,7 +38,19 @@ from incr.runtime.landing import DELETE
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
 
-__all__ = ["ViewMetrics", "ViewRuntime"]
+__all__ = ["Change", "ViewMetrics", "ViewRuntime"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One batch of a source as a fold reads it: its source table, the name its rows are
+    registered under, those rows on the driver (None: Spark reads them) and what makes
+    Spark's temp view of them (None: nothing to do)."""
+
+    source: str
+    view: str
+    arrow: pa.Table | None = None
+    register: Callable[[], None] | None = None
 
 
 class ViewRuntime:
@@ -89,7 +102,7 @@ class ViewRuntime:
             return -1
         return batches[-1]
 
-    # -- one batch ---------------------------------------------------------------------------
+    # -- one batch, or batches of several sources as one step ---------------------------------
     def apply(self, batch: int, kind: str, source: str, batch_view: str,
               arrow: pa.Table | None = None,
               register: Callable[[], None] | None = None, publish_at: int = -1) -> ViewMetrics:
@@ -100,19 +113,32 @@ class ViewRuntime:
         before Spark reads it.  ``publish_at``: a batch before it is not published (see
         :meth:`publish_at`).
         """
+        return self.apply_together(batch, kind, [Change(source, batch_view, arrow, register)],
+                                   publish_at)
+
+    def apply_together(self, batch: int, kind: str, changes: list[Change],
+                       publish_at: int = -1) -> ViewMetrics:
+        """Folds batches of distinct sources, all of ``kind``, as one step numbered ``batch``
+        (the last of them), then publishes a once: see :meth:`together` for which batches
+        may be folded so."""
         metrics = ViewMetrics(self.plan.view, batch)
-        if kind == DELETE and any(s.append_only and self.plan.depends_on(s, source)
-                                  for s in self.plan.stages):
-            raise StorageError(f"view {self.plan.view}: {source} is append-only, yet a delete "
-                               f"batch reached it")
+        for change in changes:
+            if kind == DELETE and any(s.append_only and self.plan.depends_on(s, change.source)
+                                      for s in self.plan.stages):
+                raise StorageError(f"view {self.plan.view}: {change.source} is append-only, yet "
+                                   f"a delete batch reached it")
         # The answer may follow by change only from the state it was computed from: both at
         # the same batch before this fold (not, say, state already folded by a crashed run).
         answer_at = self.answer.through()
         in_step = answer_at >= 0 and answer_at == self.state_through() < batch
-        touched = self.fold(batch, source, batch_view, -1 if kind == DELETE else 1, metrics,
-                            arrow, register)
+        touched = self._fold(batch, changes, -1 if kind == DELETE else 1, metrics)
         faults.crash_point("view.after_state", batch)
         if held_back(metrics, batch, publish_at):
+            return metrics
+        if touched is None and self.furthest() > batch:
+            # A stopped run folded this batch with later ones as one step: the state holds
+            # those too, so its answer is published by the step's last batch, not as this one.
+            metrics.answer_mode, metrics.answer_rows = "ahead", -1
             return metrics
         t3 = time.perf_counter()
         metrics.answer_rows = self.answer.publish(batch, touched if in_step else None,
@@ -120,6 +146,53 @@ class ViewRuntime:
         metrics.answer_s = time.perf_counter() - t3
         faults.crash_point("view.after_answer", batch)
         return metrics
+
+    def together(self, pending: list[tuple[int, str, str]]) -> int:
+        """How many of ``pending`` (number, source and kind of the batches this view folds
+        next, ascending) it folds as one step.
+
+        A step is batches of distinct sources and one kind: their changes are folded at
+        once, every table records the step's last batch, and a is published once.  A run
+        that stopped midway through a step left some tables at its last batch: exactly
+        that step is folded again (the tables at it are skipped, the others catch up), so
+        no table takes a batch twice and every outbox holds the change its readers expect;
+        0 when ``pending`` does not reach its end (the view waits for a run that reads
+        it).  A first batch every table it writes has committed is taken alone: the fold
+        skips it.
+        """
+        first, source, kind = pending[0]
+        end = self.resumes(first, source)
+        if end >= 0:
+            count = sum(1 for seq, _, _ in pending if seq <= end)
+            return count if count and pending[count - 1][0] == end else 0
+        if self._committed(first, source):
+            return 1
+        count, sources = 1, {source.lower()}
+        for _, other, other_kind in pending[1:]:
+            if other_kind != kind or other.lower() in sources:
+                break
+            count += 1
+            sources.add(other.lower())
+        return count
+
+    def resumes(self, first: int, source: str) -> int:
+        """The last batch of the step a stopped run began with batch ``first`` (of
+        ``source``), or -1 when none did: some table is past ``first`` while one that
+        batch writes is not at it yet."""
+        if self._committed(first, source):
+            return -1
+        furthest = self.furthest()
+        return furthest if furthest >= first else -1
+
+    def _committed(self, batch: int, source: str) -> bool:
+        """Whether every table a batch of ``source`` writes records ``batch`` or later."""
+        reached = [s for s in self.plan.stages if self.plan.depends_on(s, source)]
+        return all(self.state.through(t) >= batch for t in self._written(reached, [source]))
+
+    def furthest(self) -> int:
+        """The last batch any table of the view committed (-1: none)."""
+        every = self._written(list(self.plan.stages), sorted(self.plan.sources))
+        return max((self.state.through(t) for t in every), default=-1)
 
     def fold(self, batch: int, source: str, view: str, sign: int, metrics: ViewMetrics,
              arrow: pa.Table | None = None,
@@ -131,19 +204,29 @@ class ViewRuntime:
         table records, which makes folding it again a no-op.  Returns θ (and bucket) of the
         view's groups this fold changed, None when it did not fold the view's own stage.
         """
+        return self._fold(batch, [Change(source, view, arrow, register)], sign, metrics)
+
+    def _fold(self, batch: int, changes: list[Change], sign: int,
+              metrics: ViewMetrics) -> pa.Table | None:
+        """:meth:`fold` of the changes of one or more sources, all of ``sign``."""
         self.state.ensure_tables(self.engines)
-        reached = [s for s in self.plan.stages if self.plan.depends_on(s, source)]
-        if all(self.state.through(t) >= batch for t in self._written(reached, source)):
+        sources = [c.source for c in changes]
+        reached = [s for s in self.plan.stages
+                   if any(self.plan.depends_on(s, source) for source in sources)]
+        if all(self.state.through(t) >= batch for t in self._written(reached, sources)):
             return None  # committed everywhere (and outboxes may have moved on to later numbers)
-        subject = f"batch {batch} of {source} into view {self.plan.view}"
-        rows = arrow.num_rows if arrow is not None else None
+        subject = f"batch {batch} of {', '.join(sources)} into view {self.plan.view}"
+        arrows = [c.arrow for c in changes]
+        rows = None if any(a is None for a in arrows) else sum(a.num_rows for a in arrows if a)
+        folded = [(c.source, c.view, sign) for c in changes]
         if self.engines.choose("fold", subject, rows=rows) == DRIVER:
-            assert arrow is not None
             engine = self.engines.engine(DRIVER, self.store)
             fold = Fold(self.plan, self.state, engine, metrics)
             try:
-                engine.table(view, arrow)
-                fold.run(batch, source, view, sign)
+                for c in changes:
+                    assert c.arrow is not None
+                    engine.table(c.view, c.arrow)
+                fold.run_together(batch, folded)
                 metrics.engine = DRIVER
                 return fold.touched
             except NotLocal as e:
@@ -153,24 +236,26 @@ class ViewRuntime:
                 engine.close()
         else:
             touched = None
-        if register is not None:
-            register()
+        for c in changes:
+            if c.register is not None:
+                c.register()
         engine = self.engines.engine(SPARK, self.store)
         try:
             fold = Fold(self.plan, self.state, engine, metrics)
-            fold.run(batch, source, view, sign)
+            fold.run_together(batch, folded)
             metrics.engine = SPARK
             return fold.touched if fold.touched is not None else touched
         finally:
             engine.close()
 
-    def _written(self, reached: list[StagePlan], source: str) -> list[str]:
-        """The tables a batch of ``source`` writes: the stages' own state, the side tables
-        of the inputs it changes, and the outboxes (and kept rows) of stages others read."""
+    def _written(self, reached: list[StagePlan], sources: list[str]) -> list[str]:
+        """The tables batches of ``sources`` write: the stages' own state, the side tables
+        of the inputs they change, and the outboxes (and kept rows) of stages others read."""
         names = {s.name for s in reached}
+        lowered = {source.lower() for source in sources}
         moved = {(s.name, i.alias) for s in reached for i in s.inputs
                  if (i.derived and i.table in names) or
-                 (not i.derived and i.table.lower() == source.lower())}
+                 (not i.derived and i.table.lower() in lowered)}
         tables = [t.name for s in reached for t in self.plan.stored(s)
                   if t.side_of is None or (s.name, t.side_of) in moved]
         return (tables + [s.outbox for s in reached if s.outbox in self.plan.outboxes()]

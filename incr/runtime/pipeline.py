@@ -46,7 +46,7 @@ from incr.runtime.landing import DELETE, INSERT, LandedFile, discover, sha256_of
 from incr.runtime.ledger import Batch, Ledger
 from incr.runtime.local import LocalSql
 from incr.runtime.lock import Locks, alive
-from incr.runtime.maintain import ViewMetrics, ViewRuntime
+from incr.runtime.maintain import Change, ViewMetrics, ViewRuntime
 from incr.runtime.progress import Emit, Progress
 from incr.runtime.rowindex import RowIndex
 from incr.runtime.schemas import SchemaLog
@@ -127,6 +127,8 @@ class _Progress:
 
     views: dict[str, int]
     indexes: dict[str, int]
+    #: Views that stopped applying for this run (:meth:`Pipeline._fold_steps`).
+    waiting: set[str] = field(default_factory=set)
 
     def index_done(self, batch: Batch) -> bool:
         return batch.table not in self.indexes or self.indexes[batch.table] >= batch.seq
@@ -272,7 +274,7 @@ class Pipeline:
                 chosen: set[str] | None = None) -> list[ViewRuntime]:
         """The views (of ``chosen``, if given) that read ``batch`` and have not applied it yet."""
         return [v for v in self._consumers(batch) if progress.views[v.plan.view] < batch.seq
-                and (chosen is None or v.plan.view in chosen)]
+                and (chosen is None or v.plan.view in chosen) and v.plan.view not in progress.waiting]
 
     def _chosen(self, views: Iterable[str] | None) -> set[str] | None:
         """The views named (any case), or None for all."""
@@ -348,22 +350,26 @@ class Pipeline:
             meter = _meter(emit, [b for b in batches if (through is None or b.seq <= through)
                                   and (not progress.index_done(b)
                                        or self._behind(b, progress, chosen))])
-            for batch in batches:
+            at = 0
+            while at < len(batches):
+                batch = batches[at]
                 if through is not None and batch.seq > through:
                     break
-                consumers = self._behind(batch, progress, chosen)
-                if progress.index_done(batch) and not consumers:
+                if progress.index_done(batch) and not self._behind(batch, progress, chosen):
+                    at += 1
                     continue
-                try:
-                    report.applied.append(self._apply(batch, consumers, progress, publish_at))
-                except InputError as e:
-                    report.rejected, report.rejected_batch = e, batch
+                group, resume = self._group(batches, at, progress, chosen, through)
+                applied, rejected = self._apply(group, resume, progress, chosen, publish_at)
+                report.applied += applied
+                for done in applied:
+                    if meter is not None:
+                        meter.advance(next(b.bytes for b in group if b.seq == done.seq),
+                                      done.rows, done.path)
+                    report.ready_through = done.seq
+                if rejected is not None:
+                    report.rejected, report.rejected_batch = rejected
                     break
-                if meter is not None:
-                    meter.advance(batch.bytes, report.applied[-1].rows, batch.path)
-                for v in consumers:
-                    progress.views[v.plan.view] = batch.seq
-                report.ready_through = batch.seq
+                at = batches.index(next(b for b in group if b.seq == applied[-1].seq)) + 1
             if meter is not None:
                 meter.finish()
             for v in self.views.values():
@@ -423,22 +429,23 @@ class Pipeline:
             publish_at = {runtime.plan.view: self._publish_at(runtime, batches, progress, through)}
             meter = _meter(emit, [b for b in batches if b.seq <= through
                                   and runtime in self._behind(b, progress)])
-            for batch in batches:
-                if batch.seq > through:
-                    break
-                if runtime not in self._consumers(batch) or \
-                        progress.views[runtime.plan.view] >= batch.seq:
+            chosen = {runtime.plan.view}
+            at = 0
+            while at < len(batches) and batches[at].seq <= through:
+                if runtime not in self._behind(batches[at], progress, chosen):
+                    at += 1
                     continue
-                if not progress.index_done(batch):
-                    raise StorageError(f"{batch} is not validated yet; run the prepare step first")
-                loaded = self._load(batch, progress)
-                try:
-                    out += self._fold(batch, loaded, [runtime], publish_at)
-                finally:
-                    loaded.release()
-                progress.views[runtime.plan.view] = batch.seq
-                if meter is not None:
-                    meter.advance(batch.bytes, loaded.rows, batch.path)
+                group, resume = self._group(batches, at, progress, chosen, through)
+                applied, rejected = self._apply(group, resume, progress, chosen, publish_at,
+                                                index=False)
+                for done in applied:
+                    out += done.views
+                    if meter is not None:
+                        meter.advance(next(b.bytes for b in group if b.seq == done.seq),
+                                      done.rows, done.path)
+                if rejected is not None:
+                    raise rejected[0]
+                at = batches.index(next(b for b in group if b.seq == applied[-1].seq)) + 1
             runtime.drop_stale_state()
         return out
 
@@ -585,25 +592,92 @@ class Pipeline:
             return done
 
     # -- steps -----------------------------------------------------------------------------------
-    def _apply(self, batch: Batch, consumers: list[ViewRuntime], progress: _Progress,
-               publish_at: dict[str, int]) -> BatchReport:
+    def _group(self, batches: list[Batch], at: int, progress: _Progress,
+               chosen: set[str] | None, through: int | None) -> tuple[list[Batch], int]:
+        """The batches from ``batches[at]`` a run reads before it folds them: one step.
+
+        A step is ``batches[at]`` and the batches after it of other sources, of the same
+        kind, whole files (not slices) and still to apply, which every view folds as one
+        (:meth:`ViewRuntime.together`): a run with batches of ``orders`` and ``customers``
+        pending pays one fold, one MERGE per table and one answer commit per view, not
+        two.  It always reaches the end of a step a stopped run began (whatever the rules
+        say now), and :meth:`_apply` ends it early at a batch too large for the driver.
+        Returns the batches, and the end of that stopped step (-1: none).
+        """
+        first = batches[at]
+        resume = max((v.resumes(first.seq, first.table) for v in self._behind(first, progress, chosen)
+                      if isinstance(v, ViewRuntime)), default=-1)
+        group, tables = [first], {first.table.lower()}
+        for batch in batches[at + 1:]:
+            if not self._behind(batch, progress, chosen) and progress.index_done(batch):
+                continue  # nothing to do for it: the step reads past it
+            if batch.seq > resume and (
+                    not self.engines.settings.group_batches or first.part is not None
+                    or (through is not None and batch.seq > through) or batch.kind != first.kind
+                    or batch.part is not None or batch.table.lower() in tables):
+                break
+            group.append(batch)
+            tables.add(batch.table.lower())
+        return group, resume
+
+    def _apply(self, group: list[Batch], resume: int, progress: _Progress, chosen: set[str] | None,
+               publish_at: dict[str, int], index: bool = True,
+               ) -> tuple[list[BatchReport], tuple[InputError, Batch] | None]:
+        """Reads and indexes (or with ``index`` False, as Airflow's view tasks do, finds
+        indexed) the batches of a step (:meth:`_group`), then folds them into every view
+        behind on them.  A batch that does not fit the driver beside the ones
+        before it (or must be read by Spark) ends the step before it, unless a stopped
+        run's step needs it; a rejected one ends it too, and the batches before it are
+        folded all the same.  Returns the reports of the batches folded, and the rejection."""
         t0 = time.perf_counter()
-        faults.crash_point("batch.start", batch.seq)
-        loaded = self._load(batch, progress)
-        report = BatchReport(batch.seq, batch.path, batch.table, batch.kind, loaded.rows,
-                             read_s=time.perf_counter() - t0,
-                             part=str(batch.part) if batch.part else None)
-        if len(consumers) > 1 or batch.table in self.indexes:
-            loaded.cache()
+        loaded: list[tuple[Batch, LoadedBatch]] = []
+        reports: list[BatchReport] = []
+        rejected: tuple[InputError, Batch] | None = None
+        limit = self.engines.settings.local_rows
         try:
-            t1 = time.perf_counter()
-            self._index(batch, loaded, progress)
-            report.index_s = time.perf_counter() - t1
-            report.views = self._fold(batch, loaded, consumers, publish_at)
+            for batch in group:
+                t1 = time.perf_counter()
+                faults.crash_point("batch.start", batch.seq)
+                try:
+                    batch_loaded = self._load(batch, progress)
+                except InputError as e:
+                    rejected = (e, batch)
+                    break
+                if loaded and batch.seq > resume and (
+                        batch_loaded.arrow is None or batch_loaded.rows + sum(
+                            b.rows for _, b in loaded) > limit):
+                    batch_loaded.release()  # the next step begins with it
+                    break
+                loaded.append((batch, batch_loaded))
+                consumers = self._behind(batch, progress, chosen)
+                if len(consumers) > 1 or batch.table in self.indexes:
+                    batch_loaded.cache()
+                report = BatchReport(batch.seq, batch.path, batch.table, batch.kind,
+                                     batch_loaded.rows, read_s=time.perf_counter() - t1,
+                                     part=str(batch.part) if batch.part else None)
+                report.total_s = report.read_s
+                reports.append(report)
+                t2 = time.perf_counter()
+                if not index and not progress.index_done(batch):
+                    raise StorageError(f"{batch} is not validated yet; run the prepare step first")
+                try:
+                    self._index(batch, batch_loaded, progress)
+                except InputError as e:
+                    loaded.pop()[1].release()
+                    reports.pop()
+                    rejected = (e, batch)
+                    break
+                report.index_s = time.perf_counter() - t2
+                report.total_s += report.index_s
+            by_seq = {r.seq: r for r in reports}
+            for metrics in self._fold_steps(loaded, progress, chosen, publish_at):
+                by_seq[metrics.batch].views.append(metrics)
         finally:
-            loaded.release()
-        report.total_s = time.perf_counter() - t0
-        return report
+            for _, batch_loaded in loaded:
+                batch_loaded.release()
+        if reports:  # the last batch's time includes the fold of the step
+            reports[-1].total_s += time.perf_counter() - t0 - sum(r.total_s for r in reports)
+        return reports, rejected
 
     def _load(self, batch: Batch, progress: _Progress) -> LoadedBatch:
         path = batch.source(self.landing)
@@ -661,42 +735,68 @@ class Pipeline:
         progress.indexes[batch.table] = batch.seq
         faults.crash_point("index.after_commit", batch.seq)
 
-    def _fold(self, batch: Batch, loaded: LoadedBatch, views: list[ViewRuntime],
-              publish_at: dict[str, int]) -> list[ViewMetrics]:
-        name = f"incr_batch_{batch.table}"
-        registered = False
+    def _fold_steps(self, loaded: list[tuple[Batch, LoadedBatch]], progress: _Progress,
+                    chosen: set[str] | None, publish_at: dict[str, int]) -> list[ViewMetrics]:
+        """Folds read batches into every view (of ``chosen``) behind on them, each view
+        taking as many as one step as :meth:`ViewRuntime.together` says, and notes in
+        ``progress`` how far each got."""
+        registered: set[str] = set()
 
-        def register() -> None:  # the temp view, once a view's fold needs Spark to read it
-            nonlocal registered
-            if not registered:
-                loaded.df.createOrReplaceTempView(name)
-                registered = True
+        def change(batch: Batch, batch_loaded: LoadedBatch) -> Change:
+            name = f"incr_batch_{batch.table}"
 
-        out = []
-        for v in views:
-            try:
-                m = v.apply(batch.seq, batch.kind, batch.table, name, loaded.arrow, register,
-                            publish_at[v.plan.view])
-            except Exception as e:
-                overflow = _overflow(e)
-                if overflow is None:
-                    raise
-                raise OutOfRangeError(
-                    f"view {v.plan.view} cannot take this batch: {overflow}. A value of the view "
-                    f"does not fit its column's type (a BIGINT holds up to 2^63-1, a DECIMAL 38 "
-                    f"digits, its scale included); widen it in the query: an integer sum as "
-                    f"SUM(CAST(v AS DECIMAL(38,0))), a DECIMAL one with fewer decimal places "
-                    f"(CAST(d AS DECIMAL(38,0))) or as DOUBLE. The view's answer stays as it was",
-                    Location(str(batch.source(self.landing)))) from e
-            m.rows_in = loaded.rows
-            stages = "" if len(m.stages) < 2 else "; stages " + ", ".join(
-                f"{name} {s:.3f}" for name, s in m.stages.items())
-            log.info("batch %d (%s %s, %d rows) → view %s: %s, %d state rows touched, %.3f s "
-                     "(h %.3f, merge %.3f, answer %.3f%s)", batch.seq, batch.kind, batch.table,
-                     loaded.rows, v.plan.view, m.engine or "already applied",
-                     m.state_rows_touched, m.h_s + m.merge_s + m.answer_s, m.h_s, m.merge_s,
-                     m.answer_s, stages)
-            out.append(m)
+            def register() -> None:  # the temp view, once a view's fold needs Spark to read it
+                if name not in registered:
+                    batch_loaded.df.createOrReplaceTempView(name)
+                    registered.add(name)
+            return Change(batch.table, name, batch_loaded.arrow, register)
+
+        out: list[ViewMetrics] = []
+        views = {v.plan.view: v for batch, _ in loaded for v in self._behind(batch, progress, chosen)}
+        for v in views.values():
+            todo = [(b, bl) for b, bl in loaded if v in self._behind(b, progress, chosen)]
+            while todo:
+                count = v.together([(b.seq, b.table, b.kind) for b, _ in todo]) \
+                    if isinstance(v, ViewRuntime) else 1
+                if count == 0:  # a stopped run's step whose batches this run did not read
+                    progress.waiting.add(v.plan.view)  # nothing after it either, this run
+                    break
+                step, todo = todo[:count], todo[count:]
+                batch, last = step[-1]
+                for b, _ in step:
+                    registered.discard(f"incr_batch_{b.table}")  # another file of the table
+                try:
+                    if len(step) == 1:
+                        c = change(batch, last)
+                        m = v.apply(batch.seq, batch.kind, batch.table, c.view, c.arrow,
+                                    c.register, publish_at[v.plan.view])
+                    else:
+                        assert isinstance(v, ViewRuntime)
+                        m = v.apply_together(batch.seq, batch.kind,
+                                             [change(b, bl) for b, bl in step],
+                                             publish_at[v.plan.view])
+                except Exception as e:
+                    overflow = _overflow(e)
+                    if overflow is None:
+                        raise
+                    raise OutOfRangeError(
+                        f"view {v.plan.view} cannot take this batch: {overflow}. A value of the view "
+                        f"does not fit its column's type (a BIGINT holds up to 2^63-1, a DECIMAL 38 "
+                        f"digits, its scale included); widen it in the query: an integer sum as "
+                        f"SUM(CAST(v AS DECIMAL(38,0))), a DECIMAL one with fewer decimal places "
+                        f"(CAST(d AS DECIMAL(38,0))) or as DOUBLE. The view's answer stays as it was",
+                        Location(str(batch.source(self.landing)))) from e
+                m.rows_in = sum(bl.rows for _, bl in step)
+                stages = "" if len(m.stages) < 2 else "; stages " + ", ".join(
+                    f"{name} {s:.3f}" for name, s in m.stages.items())
+                log.info("batch %s (%s %s, %d rows) → view %s: %s, %d state rows touched, %.3f s "
+                         "(h %.3f, merge %.3f, answer %.3f%s)",
+                         "-".join(str(b.seq) for b, _ in step), batch.kind,
+                         ", ".join(b.table for b, _ in step), m.rows_in, v.plan.view,
+                         m.engine or "already applied", m.state_rows_touched,
+                         m.h_s + m.merge_s + m.answer_s, m.h_s, m.merge_s, m.answer_s, stages)
+                out.append(m)
+                progress.views[v.plan.view] = batch.seq
         return out
 
     def _check_answer_ownership(self) -> None:

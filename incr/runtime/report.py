@@ -57,7 +57,8 @@ def read_answer(warehouse: Path, plan: IncrementalPlan, batch: int | None = None
                     f"older than the time-travel window housekeeping keeps (INCR_KEEP_BATCHES, "
                     f"INCR_KEEP_HOURS): its files were vacuumed") from e
     raise StorageError(f"view {plan.view} has no answer for batch {batch} (batches of other "
-                       f"tables, or ones before the view existed, have none)")
+                       f"tables, ones folded with later batches as one step, or ones before the "
+                       f"view existed, have none)")
 
 
 def answered_by(warehouse: Path, plan: IncrementalPlan, store: DeltaStore | None = None) -> bool:

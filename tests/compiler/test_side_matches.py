@@ -34,14 +34,21 @@ ANTI = ("SELECT a.k, COUNT(*) AS n FROM a WHERE NOT EXISTS (SELECT 1 FROM b WHER
     (TWO, "a", ("b",), {("a__k", "b", "k")}),
     # a changed alone: no term reads its own side table
     (TWO, "a", ("a",), set()),
-    # both changed: the term (Δa, old b) reads b's side, bounded by Δa; b changed beside a
-    (TWO, "b", ("a", "b"), None),
+    # both changed (a step of batches of both): b's side is read only in the term of Δa
+    # (Δa joined with old b), so it is bounded by Δa's keys all the same
+    (TWO, "b", ("a", "b"), {("b__k", "a", "k")}),
+    (TWO, "a", ("a", "b"), {("a__k", "b", "k")}),
     # c is joined to b, not to the changed a: a change of a reaches c only through b's rows
     (CHAIN, "c", ("a",), None),
     (CHAIN, "b", ("a",), {("b__k", "a", "k")}),
     (CHAIN, "b", ("c",), {("b__y", "c", "y")}),
-    # a self-join: both aliases read the same source, so a batch changes both
-    (SELF, "q", ("p", "q"), None),
+    (CHAIN, "b", ("a", "c"), {("b__k", "a", "k"), ("b__y", "c", "y")}),
+    # a changed beside c: the term of Δc reads a's side through b's rows, unbounded
+    (CHAIN, "a", ("a", "c"), None),
+    # a self-join: both aliases read the same source, so a batch changes both; q's side is
+    # read in the term of Δp (p.x = q.k), p's in the term of Δq
+    (SELF, "q", ("p", "q"), {("q__k", "p", "x")}),
+    (SELF, "p", ("p", "q"), {("p__x", "q", "k")}),
     # an anti input's side answers "no match": never cut (NOT EXISTS reads b's keys
     # through a stage of its own, the anti input _u_0 of the top stage)
     (ANTI, "_u_0", ("a",), None),
