@@ -11,10 +11,8 @@ by the next exactly as it began, whatever that run's own rules would have groupe
 
 from __future__ import annotations
 
-import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,7 +22,7 @@ from incr.compiler import compile_program
 from incr.config import Settings
 from incr.runtime.faults import CRASH_EXIT
 from incr.runtime.pipeline import Pipeline
-from tests.runtime.killing import Stream, check_answers
+from tests.runtime.killing import Stream, check_answers, kill_env, run_argv
 
 PROGRAM = """-- incr: buckets = 2
 CREATE TABLE xs (a BIGINT, c BIGINT);
@@ -137,14 +135,10 @@ def test_a_rejected_batch_ends_the_step_and_the_batches_before_it_apply(spark, t
 
 def _run(program: Path, landing: Path, warehouse: Path, crash: str | None = None,
          grouping: bool = True) -> int:
-    env = {k: v for k, v in os.environ.items() if k not in ("INCR_CRASH_AT", "INCR_PAUSE_AT")}
-    if crash:
-        env["INCR_CRASH_AT"] = crash
-    env["INCR_GROUP_BATCHES"] = "1" if grouping else "0"
-    env["INCR_SPARK_CONF"] = "spark.sql.shuffle.partitions=2,spark.driver.memory=1g"
-    proc = subprocess.run([sys.executable, "-m", "incr.cli", "run", str(program), "--landing",
-                           str(landing), "--warehouse", str(warehouse)],
-                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    env = kill_env(INCR_GROUP_BATCHES="1" if grouping else "0",
+                   **({"INCR_CRASH_AT": crash} if crash else {}))
+    proc = subprocess.run(run_argv(program, landing, warehouse), env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
     if proc.returncode not in (0, CRASH_EXIT):
         raise AssertionError(f"incr run failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc.returncode
