@@ -670,8 +670,12 @@ class Pipeline:
                 report.index_s = time.perf_counter() - t2
                 report.total_s += report.index_s
             by_seq = {r.seq: r for r in reports}
-            for metrics in self._fold_steps(loaded, progress, chosen, publish_at):
+            folded, refused = self._fold_steps(loaded, progress, chosen, publish_at)
+            for metrics in folded:
                 by_seq[metrics.batch].views.append(metrics)
+            if refused is not None:  # a view cannot take a step: it and what follows wait
+                rejected = refused
+                reports = [r for r in reports if r.seq < refused[1].seq]
         finally:
             for _, batch_loaded in loaded:
                 batch_loaded.release()
@@ -736,10 +740,18 @@ class Pipeline:
         faults.crash_point("index.after_commit", batch.seq)
 
     def _fold_steps(self, loaded: list[tuple[Batch, LoadedBatch]], progress: _Progress,
-                    chosen: set[str] | None, publish_at: dict[str, int]) -> list[ViewMetrics]:
+                    chosen: set[str] | None, publish_at: dict[str, int],
+                    ) -> tuple[list[ViewMetrics], tuple[InputError, Batch] | None]:
         """Folds read batches into every view (of ``chosen``) behind on them, each view
         taking as many as one step as :meth:`ViewRuntime.together` says, and notes in
-        ``progress`` how far each got."""
+        ``progress`` how far each got.
+
+        Returns the views' metrics, and the rejection that stopped the folding, if a view
+        could not take a step (a value past its column's type): the step's first batch is
+        the one rejected, since the batches of a step are one change to the view; the
+        views folded before it keep what they folded, as they keep a batch another view
+        refuses.
+        """
         registered: set[str] = set()
 
         def change(batch: Batch, batch_loaded: LoadedBatch) -> Change:
@@ -779,13 +791,17 @@ class Pipeline:
                     overflow = _overflow(e)
                     if overflow is None:
                         raise
-                    raise OutOfRangeError(
-                        f"view {v.plan.view} cannot take this batch: {overflow}. A value of the view "
+                    which = "this batch" if len(step) == 1 else "the batches " + ", ".join(
+                        f"{b.seq} ({b.path})" for b, _ in step) + ", folded as one step,"
+                    refused = OutOfRangeError(
+                        f"view {v.plan.view} cannot take {which}: {overflow}. A value of the view "
                         f"does not fit its column's type (a BIGINT holds up to 2^63-1, a DECIMAL 38 "
                         f"digits, its scale included); widen it in the query: an integer sum as "
                         f"SUM(CAST(v AS DECIMAL(38,0))), a DECIMAL one with fewer decimal places "
                         f"(CAST(d AS DECIMAL(38,0))) or as DOUBLE. The view's answer stays as it was",
-                        Location(str(batch.source(self.landing)))) from e
+                        Location(str(step[0][0].source(self.landing))))
+                    refused.__cause__ = e
+                    return out, (refused, step[0][0])
                 m.rows_in = sum(bl.rows for _, bl in step)
                 stages = "" if len(m.stages) < 2 else "; stages " + ", ".join(
                     f"{name} {s:.3f}" for name, s in m.stages.items())
@@ -797,7 +813,7 @@ class Pipeline:
                          m.h_s + m.merge_s + m.answer_s, m.h_s, m.merge_s, m.answer_s, stages)
                 out.append(m)
                 progress.views[v.plan.view] = batch.seq
-        return out
+        return out, None
 
     def _check_answer_ownership(self) -> None:
         for v in self.views.values():

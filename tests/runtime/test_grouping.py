@@ -20,8 +20,10 @@ from deltalake import DeltaTable
 
 from incr.compiler import compile_program
 from incr.config import Settings
+from incr.errors import OutOfRangeError
 from incr.runtime.faults import CRASH_EXIT
 from incr.runtime.pipeline import Pipeline
+from incr.runtime.report import read_answer
 from tests.runtime.killing import Stream, check_answers, kill_env, run_argv
 
 PROGRAM = """-- incr: buckets = 2
@@ -131,6 +133,32 @@ def test_a_rejected_batch_ends_the_step_and_the_batches_before_it_apply(spark, t
     report = pipeline.run()
     assert report.rejected is None
     check_answers(compiled, warehouse, stream, "after the fix")
+
+
+def test_a_step_past_a_bigint_is_rejected_at_its_first_batch_and_changes_nothing(spark, tmp_path):
+    """Each batch alone fits, the step does not: 2 x 2 join pairs of 2^62 leave BIGINT."""
+    _, compiled, landing, warehouse, stream, _ = _setup(tmp_path)
+    joined = next(p for p in compiled.plans if p.view == "joined")
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    stream.land("xs", "insert", [{"a": 1, "c": 1}])
+    stream.land("ys", "insert", [{"b": 2 ** 62, "c": 1}])
+    assert pipeline.run().rejected is None
+    before = read_answer(warehouse, joined)
+    stream.land("xs", "insert", [{"a": 1, "c": 1}])
+    stream.land("ys", "insert", [{"b": 2 ** 62, "c": 1}])
+    report = pipeline.run()
+    assert isinstance(report.rejected, OutOfRangeError), report.rejected
+    assert report.rejected_batch.seq == 2 and report.applied == []
+    message = str(report.rejected)
+    assert "00002.csv" in message and "00003.csv" in message and "one step" in message, message
+    assert read_answer(warehouse, joined) == before
+
+    # The state (whose sums are wider than the answer's column) took the step; the answer,
+    # published at its last batch, is refused again, and stays as it was.
+    report = pipeline.run()
+    assert isinstance(report.rejected, OutOfRangeError), report.rejected
+    assert report.rejected_batch.seq == 3 and "00003.csv" in str(report.rejected)
+    assert read_answer(warehouse, joined) == before
 
 
 def _run(program: Path, landing: Path, warehouse: Path, crash: str | None = None,
