@@ -792,7 +792,7 @@ class Pipeline:
                     if overflow is None:
                         raise
                     which = "this batch" if len(step) == 1 else "the batches " + ", ".join(
-                        f"{b.seq} ({b.path})" for b, _ in step) + ", folded as one step,"
+                        f"{b.seq} ({b.path})" for b, _ in step) + ", folded as one step"
                     refused = OutOfRangeError(
                         f"view {v.plan.view} cannot take {which}: {overflow}. A value of the view "
                         f"does not fit its column's type (a BIGINT holds up to 2^63-1, a DECIMAL 38 "
