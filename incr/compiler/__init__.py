@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from incr.compiler import iterate
+from incr.compiler import iterate, recursion
 from incr.compiler.compilation import Compilation
 from incr.compiler.passes import run_passes
 from incr.compiler.plan import IncrementalPlan, StagePlan
@@ -70,9 +70,12 @@ def compile_view(program: Program, view: ViewDecl) -> IncrementalPlan:
     more source (see :mod:`incr.compiler.iterate`).
     """
     iteration = None
+    rec = None
     written = view
     if view.iterate is not None:
         view, program, iteration = iterate.prepare(view, program)
+    elif recursion.is_recursive(view, program.options.dialect):
+        view, program, rec = recursion.prepare(view, program)
     t = translate(view, program)
     stages = tuple(build_stage(run_passes(_compilation(program, view, st))) for st in t.stages)
     sources: list[str] = []
@@ -86,11 +89,17 @@ def compile_view(program: Program, view: ViewDecl) -> IncrementalPlan:
             raise NotIncrementalizableError(
                 f"iterative view {view.name}: the STEP must GROUP BY the iterate's key "
                 f"{iteration.key}", Location(program.path, view.select_line))
-    landed = tuple(s for s in sources if iteration is None or s.lower() != view.name.lower())
+    pseudo = (view.name if iteration is not None else
+              rec.name if rec is not None else None)
+    landed = [s for s in sources if pseudo is None or s.lower() != pseudo.lower()]
+    for s in rec.sources if rec is not None else ():
+        if s.lower() not in {x.lower() for x in landed}:
+            landed.append(s)
+    read = [*sources, *(s for s in landed if s not in sources)]
     return IncrementalPlan(program=program.name, view=view.name, select=written.select,
-                           stages=stages, sources=landed,
-                           source_tables=tuple(program.declared(s) for s in sources),
-                           iteration=iteration)
+                           stages=stages, sources=tuple(landed),
+                           source_tables=tuple(program.declared(s) for s in read),
+                           iteration=iteration, recursion=rec)
 
 
 def build_stage(c: Compilation) -> StagePlan:

@@ -30,6 +30,7 @@ from incr.compiler.plan import BUCKET, IncrementalPlan, StagePlan, StateTable, S
 from incr.compiler.program import Column
 from incr.compiler.publish import GONE
 from incr.compiler.queries import render_stage_delta
+from incr.compiler.recursion import DELETIONS, Recursion, fill
 from incr.compiler.scalar import Scalar
 from incr.compiler.sqlgen import (
     render_all,
@@ -130,7 +131,29 @@ def explain_plan(plan: IncrementalPlan, stored: Stored | None = None) -> str:
             out.append(_section("rows re-assigned by a move (looked-up X)", reassigned_sql(
                 it.lookups, lookup_pairs_sql(it, it.lookups, "batch", "X", "X ⊕ ΔX"),
                 ["<batch columns>"])))
+    if plan.recursion is not None:
+        out.extend(_explain_recursion(plan.recursion))
     return "\n".join(out)
+
+
+def _explain_recursion(rec: Recursion) -> list[str]:
+    """How the fixpoint R of a recursive CTE is kept, with the SQL of one round."""
+    cols = ", ".join(f"{c.name} {c.type}" for c in rec.columns)
+    tables = {t.lower(): t for t in rec.sources} | {rec.name.lower(): rec.name}
+    shown = {t.lower(): t for t in rec.sources} | {rec.name.lower(): "Δr"}
+    out = [_section(
+        f"recursive {rec.name}({cols}): the fixpoint R, kept in `_fixpoint`",
+        f"-- linear, monotone, set semantics; reads {', '.join(rec.sources)}\n"
+        f"-- inserts: semi-naive evaluation from the rows a batch adds (each round reads the "
+        f"last round's new tuples only)\n-- deletes: {DELETIONS}\n"
+        f"-- ΔR is folded into the view's query (above) as a batch of {rec.name}")]
+    for i, b in enumerate(rec.base):
+        out.append(_section(f"{rec.name}: branch {i + 1} (starts the recursion)",
+                            fill(b, {}, tables)))
+    for i, b in enumerate(rec.step):
+        out.append(_section(f"{rec.name}: step {i + 1} (one round, over the last round's Δr)",
+                            fill(b, {}, shown)))
+    return out
 
 
 def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> list[str]:

@@ -51,6 +51,7 @@ from incr.compiler.scalar import Scalar
 
 if TYPE_CHECKING:
     from incr.compiler.iterate import Iteration
+    from incr.compiler.recursion import Recursion
 
 
 @dataclass(frozen=True)
@@ -396,6 +397,7 @@ class IncrementalPlan:
     sources: tuple[str, ...]
     source_tables: tuple[TableDecl, ...] = ()
     iteration: Iteration | None = None  # set for an iterative view (the plan is its STEP's)
+    recursion: Recursion | None = None  # set for a recursive view (the plan is its outer query's)
 
     @property
     def top(self) -> StagePlan:
@@ -636,6 +638,8 @@ class IncrementalPlan:
                 part["seeded"] = aliases
         if self.iteration is not None:  # the state holds rows evaluated against past iterates
             parts.append({"iteration": repr(self.iteration)})
+        if self.recursion is not None:  # the state holds the fixpoint of this recursion
+            parts.append({"recursion": repr(self.recursion)})
         return _digest(parts)
 
     @cached_property

@@ -62,11 +62,10 @@ from incr.compiler.iterate import (
 from incr.compiler.plan import BUCKET, WEIGHT, IncrementalPlan
 from incr.compiler.sqlgen import render_all, render_old_rows
 from incr.runtime import faults
-from incr.runtime.answer import AnswerTable
 from incr.runtime.engine import DRIVER, Engine
 from incr.runtime.landing import DELETE
-from incr.runtime.maintain import ViewMetrics, ViewRuntime, held_back
-from incr.runtime.session import SparkEngine
+from incr.runtime.maintain import ViewMetrics, ViewRuntime, WrappedRuntime, held_back
+from incr.runtime.recursion import RecursiveRuntime
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable
 
@@ -83,10 +82,13 @@ SEED = "incr.seed_batch"
 
 
 def view_runtime(plan: IncrementalPlan, store: DeltaStore, engines: Engines,
-                 warehouse: Path) -> ViewRuntime | IterativeRuntime:
-    """The runtime of a view: the loop for an iterative view, else the plain one."""
+                 warehouse: Path) -> ViewRuntime | IterativeRuntime | RecursiveRuntime:
+    """The runtime of a view: the loop for an iterative view, the fixpoint beside the query
+    for a recursive one, else the plain one."""
     if plan.iteration is not None:
         return IterativeRuntime(plan, store, engines, warehouse)
+    if plan.recursion is not None:
+        return RecursiveRuntime(plan, store, engines, warehouse)
     return ViewRuntime(plan, store, engines, warehouse)
 
 
@@ -114,27 +116,20 @@ def _union(a: pa.Table | None, b: pa.Table | None) -> pa.Table | None:
     return both.group_by(both.column_names).aggregate([])
 
 
-class IterativeRuntime:
+class IterativeRuntime(WrappedRuntime):
     """An iterative view: its step's :class:`ViewRuntime` and the iterate X beside it."""
+
+    NUMBERS = MOVES
 
     def __init__(self, plan: IncrementalPlan, store: DeltaStore, engines: Engines,
                  warehouse: Path):
+        super().__init__(plan, store, engines, warehouse)
         assert plan.iteration is not None
-        self.plan = plan
         self.it = plan.iteration
-        self.store = store
-        self.engines = engines
-        self.step = ViewRuntime(plan, store, engines, warehouse)
-        self.answer_path = self.step.answer_path
+        self.step = self.inner
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
-        self._spark_views = SparkEngine(engines, store)  # looked-up X runs in Spark
         self._x_schema = nullable(arrow_schema(self.it.columns))
         self._dx_schema = self._x_schema.append(pa.field(WEIGHT, pa.int64()))
-
-    @property
-    def answer(self) -> AnswerTable:
-        """The step's answer table (the iterate's answer)."""
-        return self.step.answer
 
     @property
     def iterate_path(self) -> Path:
@@ -153,40 +148,6 @@ class IterativeRuntime:
     def spark(self) -> SparkSession:
         """The run's SparkSession (started on first use)."""
         return self.engines.spark
-
-    # -- progress, as ViewRuntime ------------------------------------------------------------
-    def _state_number(self) -> int:
-        """The last move number every main state table of the step committed (-1: none)."""
-        return min(self.step.store.applied_through(self.step.table_path(t.name))
-                   for t in self.plan.main_tables)
-
-    def state_through(self) -> int:
-        number = self._state_number()
-        return number // MOVES if number >= 0 else -1
-
-    def answer_through(self) -> int:
-        return self.step.answer_through()
-
-    def through(self) -> int:
-        return min(self.state_through(), self.answer_through())
-
-    def publish_at(self, batches: list[int]) -> int:
-        return self.step.publish_at(batches)
-
-    def publish(self, batch: int) -> int:
-        return self.step.publish(batch)
-
-    def compute_answer(self) -> pa.Table:
-        return self.step.compute_answer()
-
-    def drop_stale_state(self) -> list[str]:
-        return self.step.drop_stale_state()
-
-    def refresh(self) -> Path:
-        return self.step.refresh()
-
-    def table_path(self, table: str) -> Path:
-        return self.step.table_path(table)
 
     # -- one batch ---------------------------------------------------------------------------
     def apply(self, batch: int, kind: str, source: str, batch_view: str,
@@ -263,9 +224,6 @@ class IterativeRuntime:
         return metrics
 
     # -- the iterate X, ΔX and the frontier --------------------------------------------------
-    def _through(self, path: Path) -> int:
-        return self.store.applied_through(path) if self.store.exists(path) else -1
-
     def _seed_batch(self) -> int | None:
         value = self.store.last_commit_metadata(self.iterate_path, SEED)
         return int(value) if value is not None else None
@@ -401,13 +359,6 @@ class IterativeRuntime:
             return engine.collect(sql, self._x_schema).cast(self._x_schema)
 
         return self._loop("X ⊕ ΔX", x.num_rows + dx.num_rows, work)
-
-    def _registrar(self, name: str, rows: pa.Table) -> Callable[[], None]:
-        """Makes ``rows`` the Spark temp view ``name`` when a Spark fold asks for it."""
-        def register() -> None:
-            self._spark_views.table(name, rows)
-
-        return register
 
     # -- looked-up X (in Spark) --------------------------------------------------------------
     def _lookup_view(self, name: str, sql: str, cache: bool = False) -> str:

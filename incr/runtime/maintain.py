@@ -35,10 +35,11 @@ from incr.runtime.answer import AnswerTable
 from incr.runtime.engine import DRIVER, SPARK, Engines, NotLocal
 from incr.runtime.fold import Fold, ViewMetrics
 from incr.runtime.landing import DELETE
+from incr.runtime.session import SparkEngine
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
 
-__all__ = ["Change", "ViewMetrics", "ViewRuntime"]
+__all__ = ["Change", "ViewMetrics", "ViewRuntime", "WrappedRuntime"]
 
 
 @dataclass(frozen=True)
@@ -286,6 +287,76 @@ class ViewRuntime:
         from batch 0 beside the current one, which keeps being served until the new one
         has caught up (the caller holds the view's lock)."""
         return self.state.new_generation()
+
+
+class WrappedRuntime:
+    """A view kept by the :class:`ViewRuntime` of its plan and a relation beside it (an
+    iterative view's iterate, a recursive view's fixpoint).
+
+    Its progress and answer are the inner runtime's; each batch's folds into the inner
+    state are numbered ``batch * NUMBERS + 0 .. NUMBERS - 1`` (subclasses set NUMBERS).
+    """
+
+    NUMBERS = 1
+
+    def __init__(self, plan: IncrementalPlan, store: DeltaStore, engines: Engines,
+                 warehouse: Path):
+        self.plan = plan
+        self.store = store
+        self.engines = engines
+        self.inner = ViewRuntime(plan, store, engines, warehouse)
+        self.answer_path = self.inner.answer_path
+        # Spark temp views of rows held on the driver, for a fold that runs in Spark.
+        self._spark_views = SparkEngine(engines, store)
+
+    @property
+    def answer(self) -> AnswerTable:
+        """The inner runtime's answer table (the view's)."""
+        return self.inner.answer
+
+    def _state_number(self) -> int:
+        """The last number every main state table of the inner runtime committed (-1: none)."""
+        return min(self.store.applied_through(self.inner.table_path(t.name))
+                   for t in self.plan.main_tables)
+
+    def state_through(self) -> int:
+        number = self._state_number()
+        return number // self.NUMBERS if number >= 0 else -1
+
+    def answer_through(self) -> int:
+        return self.inner.answer_through()
+
+    def through(self) -> int:
+        return min(self.state_through(), self.answer_through())
+
+    def publish_at(self, batches: list[int]) -> int:
+        return self.inner.publish_at(batches)
+
+    def publish(self, batch: int) -> int:
+        return self.inner.publish(batch)
+
+    def compute_answer(self) -> pa.Table:
+        return self.inner.compute_answer()
+
+    def drop_stale_state(self) -> list[str]:
+        return self.inner.drop_stale_state()
+
+    def refresh(self) -> Path:
+        return self.inner.refresh()
+
+    def table_path(self, table: str) -> Path:
+        return self.inner.table_path(table)
+
+    def _through(self, path: Path) -> int:
+        """The last number the table at ``path`` committed (-1: none, or no table)."""
+        return self.store.applied_through(path) if self.store.exists(path) else -1
+
+    def _registrar(self, name: str, rows: pa.Table) -> Callable[[], None]:
+        """Makes ``rows`` the Spark temp view ``name`` when a Spark fold asks for it."""
+        def register() -> None:
+            self._spark_views.table(name, rows)
+
+        return register
 
 
 def held_back(metrics: ViewMetrics, batch: int, publish_at: int) -> bool:

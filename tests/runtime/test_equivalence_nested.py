@@ -981,12 +981,30 @@ CREATE VIEW below AS SELECT c.h, c.w FROM c
 """
 
 
+def _spark_steps(steps: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The steps a Spark variant runs in ``make test``: each table's first insert and every
+    delete, in order (a later insert into a table adds no new path; ``make soak`` runs all).
+
+    Each Spark batch of these programs costs ~20 s on 2 cores; the driver variant runs every
+    step, so a fold into state that already holds rows is still checked there.
+    """
+    seen: set[str] = set()
+    kept = []
+    for table, op in steps:
+        if op == "delete" or table not in seen:
+            kept.append((table, op))
+        seen.add(table)
+    return kept
+
+
 def check_fixed_batches(spark, tmp_path, text: str, local_rows: int, seed: int,
                         steps: list[tuple[str, str]]) -> None:
     """``text``'s views against DuckDB after each of ``steps`` (table, insert or delete),
     random rows of the join tables drawn with ``seed``."""
     from tests.runtime.test_equivalence import JOIN_SCHEMAS, land_join_batch
 
+    if local_rows == 0 and not os.environ.get("INCR_EQUIV_EXAMPLES"):
+        steps = _spark_steps(steps)
     compiled = compile_text(text, path="fixed.sql", name="fixed")
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)

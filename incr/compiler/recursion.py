@@ -1,0 +1,347 @@
+"""Recursive views: ``WITH RECURSIVE r AS (base UNION step) SELECT ... FROM r``, kept exact.
+
+Seed 004 maintains recursive views (reachability, paths, regions) under insertions and
+deletions of the facts they read.  Here the recursive CTE ``r`` becomes a relation the
+runtime keeps beside the view's state (the fixpoint R, a set, in Delta), and the query
+after the CTE is compiled like any view, reading ``r`` as one more source: each batch's
+change of R (ΔR, rows ±1) is folded into that query's state like a batch of ``r``, so
+aggregates over a recursive view (``COUNT(*)``, ``MIN(cost)``) are maintained by the same
+h, ⊗, ⊗̃ and a as every other view, deletions included.
+
+R itself is maintained by **semi-naive evaluation** on insertion and **delete and
+rederive** (DRed, Gupta, Mumick & Subrahmanian 1993, seed 004 §2) on deletion:
+
+* insertion of rows A of a source t: the branches evaluated with one occurrence of t read
+  as A (the others as t after the batch) give the first new tuples; each round then
+  evaluates the recursive branches over the last round's new tuples only, until a round
+  adds nothing;
+* deletion of rows D of t: first every tuple of R with a derivation that uses D, directly
+  or through tuples so found (the over-deletion O, evaluated like an insertion but against
+  t before the batch and kept within R); then the tuples of O that still have a derivation
+  from R − O and the sources after the batch are derived again, and what they derive
+  within O too.  ΔR is −(O minus what was rederived).
+
+Derivation counts would be cheaper but are not exact on cyclic data (the tuples of a cycle
+derive each other, so their counts never fall to zero when the cycle's entry is cut);
+absorption provenance (the seed's choice) is exact but keeps a Boolean formula per tuple.
+DRed needs neither and only touches the tuples derived from what was deleted.
+
+Both need the recursion to be **linear** (each step branch reads r once) and **monotone**
+(no aggregate, negation, outer join or subquery inside the CTE: more facts can only derive
+more tuples), with **set semantics** (``UNION``, not ``UNION ALL``: a cycle would make a
+bag infinite).  Sources are read as sets: a row landed twice derives nothing more.
+
+Every SQL text the runtime runs here is built by this module, in Spark SQL over named
+slots: each table occurrence of a branch is a slot the runtime fills with a registered
+name (the source before or after the batch, its changed rows, R or a round's tuples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+import sqlglot
+from sqlglot import exp
+
+from incr.compiler.dialect import SPARK, WEIGHT, q, render_expression
+from incr.compiler.program import Column, Program, TableDecl, ViewDecl
+from incr.compiler.types import SqlType, sql_type_of
+from incr.errors import Location, NotIncrementalizableError
+
+#: How a slot is spelled in a branch's SQL until the runtime names its table.
+_SLOT = "incr_slot_{}_"
+#: Makes the refusal of a view's recursion, with the reason.
+Refuse = Callable[[str], NotIncrementalizableError]
+#: Rounds of one batch's evaluation before the recursion is taken to be unbounded.
+MAX_ROUNDS = 10_000
+#: What ``explain`` says of how deletions are handled, and why.
+DELETIONS = ("delete and rederive (DRed): a deleted fact over-deletes the tuples derived "
+             "through it, then those still derivable from what is left are derived again; "
+             "derivation counts are not exact on cycles, whose tuples derive each other")
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One SELECT of the CTE's UNION, as Spark SQL whose table occurrences are slots."""
+
+    sql: str  # Spark SQL with _SLOT.format(i) for occurrence i
+    reads: tuple[str, ...]  # the table of each slot: a declared source, or the CTE's name
+
+    def recursive(self, name: str) -> bool:
+        """Whether the branch reads the CTE ``name`` (a step, not a start)."""
+        return any(t.lower() == name.lower() for t in self.reads)
+
+
+@dataclass(frozen=True)
+class Recursion:
+    """What the runtime needs to keep the fixpoint R of a view's recursive CTE."""
+
+    name: str  # the CTE's name: the pseudo-source the view's outer query reads
+    columns: tuple[Column, ...]
+    base: tuple[Branch, ...]
+    step: tuple[Branch, ...]
+    sources: tuple[str, ...]  # declared tables the branches read, in order of appearance
+
+    def reads(self, table: str) -> bool:
+        """Whether a branch reads the declared table ``table``."""
+        return any(s.lower() == table.lower() for s in self.sources)
+
+
+# -- the SQL the runtime runs ----------------------------------------------------------------
+def fill(branch: Branch, slots: Mapping[int, str], default: Mapping[str, str]) -> str:
+    """``branch`` with slot i reading ``slots[i]``, else ``default`` of its table (lowercase)."""
+    sql = branch.sql
+    for i, table in enumerate(branch.reads):
+        sql = sql.replace(_SLOT.format(i), slots.get(i, default[table.lower()]))
+    return sql
+
+
+def changed_sql(rec: Recursion, branches: tuple[Branch, ...], source: str, changed: str,
+                tables: Mapping[str, str]) -> str | None:
+    """The tuples ``branches`` derive with one occurrence of ``source`` read as ``changed``.
+
+    Every other occurrence reads ``tables`` (the source before or after the batch, and R):
+    for monotone branches that is every tuple whose derivation uses a changed row.  None
+    when no branch reads ``source``.
+    """
+    parts = [fill(b, {i: changed}, tables) for b in branches
+             for i, t in enumerate(b.reads) if t.lower() == source.lower()]
+    return union_sql(rec, parts)
+
+
+def round_sql(rec: Recursion, last: str, tables: Mapping[str, str]) -> str | None:
+    """The tuples the step branches derive from ``last`` (a round's new tuples) as r."""
+    parts = [fill(b, {i: last}, tables) for b in rec.step
+             for i, t in enumerate(b.reads) if t.lower() == rec.name.lower()]
+    return union_sql(rec, parts)
+
+
+def all_sql(rec: Recursion, tables: Mapping[str, str]) -> str | None:
+    """Every tuple one application of the branches derives from ``tables`` (R as r)."""
+    return union_sql(rec, [fill(b, {}, tables) for b in (*rec.base, *rec.step)])
+
+
+def union_sql(rec: Recursion, parts: list[str]) -> str | None:
+    """The distinct rows of ``parts`` (None: no part)."""
+    if not parts:
+        return None
+    cols = ", ".join(q(c.name) for c in rec.columns)
+    body = "\nUNION ALL\n".join(f"SELECT {cols} FROM ({p}) AS _p" for p in parts)
+    return f"SELECT DISTINCT * FROM (\n{body}\n) AS _u"
+
+
+def _match(columns: tuple[Column, ...], a: str, b: str) -> str:
+    return " AND ".join(f"{a}.{q(c.name)} <=> {b}.{q(c.name)}" for c in columns)
+
+
+def minus_sql(columns: tuple[Column, ...], rows: str, *without: str) -> str:
+    """The distinct rows of query ``rows`` (``columns``) found in none of tables ``without``."""
+    sql = f"SELECT DISTINCT x.* FROM ({rows}) AS x"
+    for i, other in enumerate(without):
+        sql += f" LEFT ANTI JOIN {other} AS w{i} ON {_match(columns, 'x', f'w{i}')}"
+    return sql
+
+
+def within_sql(columns: tuple[Column, ...], rows: str, within: str) -> str:
+    """The distinct rows of query ``rows`` (``columns``) also in table ``within``."""
+    return (f"SELECT DISTINCT x.* FROM ({rows}) AS x LEFT SEMI JOIN {within} AS w "
+            f"ON {_match(columns, 'x', 'w')}")
+
+
+def present_sql(columns: tuple[Column, ...], mirror: str) -> str:
+    """A source's distinct rows, from its mirror of row counts (``_w`` > 0)."""
+    cols = ", ".join(q(c.name) for c in columns)
+    return f"SELECT DISTINCT {cols} FROM {mirror} WHERE {q(WEIGHT)} > 0"
+
+
+def mirror_sql(columns: tuple[Column, ...], mirror: str, batch: str, sign: int) -> str:
+    """A source's mirror (each distinct row and its copies) after a batch of ``sign``.
+
+    A row whose copies fall to zero leaves; a delete of more copies than are present
+    leaves none (the rejected-delete check is ingest's, not this one's).
+    """
+    cols = ", ".join(q(c.name) for c in columns)
+    return (f"SELECT {cols}, CAST(SUM({q(WEIGHT)}) AS BIGINT) AS {q(WEIGHT)} FROM ("
+            f"SELECT {cols}, {q(WEIGHT)} FROM {mirror} UNION ALL "
+            f"SELECT {cols}, CAST({sign} AS BIGINT) AS {q(WEIGHT)} FROM {batch}) AS _m "
+            f"GROUP BY {cols} HAVING SUM({q(WEIGHT)}) > 0")
+
+
+def union_all_sql(tables: list[str]) -> str:
+    """Every row of ``tables`` (at least one)."""
+    return " UNION ALL ".join(f"SELECT * FROM {t}" for t in tables)
+
+
+def signed_sql(rows: str, sign: int) -> str:
+    """``rows`` with a ``_w`` column of ``sign`` (a change of R as the view's query reads it)."""
+    return f"SELECT *, CAST({sign} AS BIGINT) AS {q(WEIGHT)} FROM {rows}"
+
+
+# -- compiling -------------------------------------------------------------------------------
+def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Recursion]:
+    """Splits a view's recursive CTE from the query that reads it.
+
+    Returns the query after the CTE as a view of its own, the program it compiles against
+    (the CTE declared as a source named like it) and the recursion's description.
+    """
+    where = Location(program.path, view.select_line)
+    dialect = program.options.dialect
+    tree = sqlglot.parse_one(view.select, read=dialect)
+    with_ = tree.args.get("with_")
+    assert with_ is not None and with_.args.get("recursive")
+    ctes = list(with_.expressions)
+
+    def refuse(why: str) -> NotIncrementalizableError:
+        return NotIncrementalizableError(f"view {view.name}: WITH RECURSIVE: {why}", where)
+
+    recursive = [c for c in ctes if _reads(c.this, c.alias_or_name)]
+    if len(recursive) != 1 or len(ctes) != 1:
+        raise refuse("write exactly one CTE, the recursive one; put other subqueries inside "
+                     "its branches or in the query after it")
+    cte = recursive[0]
+    name = cte.alias_or_name
+    if program.table(name) is not None:
+        raise refuse(f"the recursive CTE {name} has the name of a declared table; rename it")
+    branches = _branches(cte.this, refuse)
+    is_step = [_reads(b, name) for b in branches]
+    base = [b for b, r in zip(branches, is_step) if not r]
+    if not base:
+        raise refuse(f"no branch of {name} starts the recursion: add one that does not read "
+                     f"{name}, e.g. SELECT src, dst FROM links UNION SELECT ...")
+    for b in branches:
+        _check_monotone(b, name, refuse)
+    declared_names = [c.name for c in cte.args["alias"].columns] \
+        if cte.args.get("alias") is not None and cte.args["alias"].columns else []
+    first = base[0]
+    names = declared_names or [e.alias_or_name for e in first.expressions]
+    for b in branches:
+        if len(b.expressions) != len(names):
+            raise refuse(f"the branches of {name} have different numbers of columns "
+                         f"({len(b.expressions)} and {len(names)})")
+    if len({n.lower() for n in names}) != len(names) or any(not n for n in names):
+        raise refuse(f"name the columns of {name}, each once: WITH RECURSIVE {name}(a, b) AS ...")
+    types = _types(first, program, dialect, refuse)
+    columns = tuple(Column(n, t) for n, t in zip(names, types))
+    sources: list[str] = []
+    rendered = []
+    for b in branches:
+        branch, reads = _slotted(b, columns, program, name, refuse)
+        rendered.append(branch)
+        for t in reads:
+            if t.lower() != name.lower() and t not in sources:
+                sources.append(t)
+    rec = Recursion(name=name, columns=columns,
+                    base=tuple(r for r, s in zip(rendered, is_step) if not s),
+                    step=tuple(r for r, s in zip(rendered, is_step) if s),
+                    sources=tuple(sources))
+    outer = tree.copy()
+    outer.set("with_", None)
+    tables = (*program.tables, TableDecl(name=name, columns=columns, location=view.location))
+    return (replace(view, select=outer.sql(dialect=dialect)),
+            replace(program, tables=tables), rec)
+
+
+def is_recursive(view: ViewDecl, dialect: str) -> bool:
+    """Whether the view's query starts with WITH RECURSIVE and a CTE reads itself.
+
+    A CTE that does not read itself is an ordinary one, compiled as one.
+    """
+    try:
+        tree = sqlglot.parse_one(view.select, read=dialect)
+    except sqlglot.errors.ParseError:
+        return False
+    with_ = tree.args.get("with_")
+    if with_ is None or not with_.args.get("recursive"):
+        return False
+    return any(_reads(cte.this, cte.alias_or_name) for cte in with_.expressions)
+
+
+def _branches(body: exp.Expr, refuse: Refuse) -> list[exp.Select]:
+    """The SELECTs of the CTE's UNION, in order; UNION ALL is refused (see the module doc)."""
+    if isinstance(body, exp.Subquery):
+        body = body.this
+    if isinstance(body, exp.Union):
+        if not body.args.get("distinct"):
+            raise refuse("UNION ALL keeps every derivation of a tuple, which a cycle makes "
+                         "infinite; write UNION (a recursive view is a set)")
+        return _branches(body.this, refuse) + _branches(body.expression, refuse)
+    if not isinstance(body, exp.Select):
+        raise refuse(f"a branch of the recursion is {body.key.upper()}, not a SELECT")
+    return [body]
+
+
+def _reads(select: exp.Expr, name: str) -> bool:
+    return any(t.name.lower() == name.lower() for t in select.find_all(exp.Table))
+
+
+def _check_monotone(select: exp.Select, name: str, refuse: Refuse) -> None:
+    """A branch must derive more from more facts: no aggregate, negation or outer join."""
+    occurrences = sum(1 for t in select.find_all(exp.Table) if t.name.lower() == name.lower())
+    if occurrences > 1:
+        raise refuse(f"a branch reads {name} {occurrences} times; only linear recursion (each "
+                     f"branch reads {name} once) is maintained")
+    for key in ("group", "having", "order", "limit", "offset", "qualify", "with_"):
+        if select.args.get(key):
+            raise refuse(f"{key.upper().rstrip('_')} inside a branch of {name}: a branch must be "
+                         f"a plain SELECT ... FROM ... JOIN ... WHERE (aggregate in the query "
+                         f"after the CTE instead)")
+    for node in select.find_all(exp.AggFunc, exp.Window, exp.Subquery, exp.Exists,
+                                exp.Except, exp.Intersect):
+        raise refuse(f"{node.sql()[:60]} inside a branch of {name}: aggregates, window "
+                     f"functions, subqueries and EXCEPT are not monotone, so deletions could "
+                     f"not be propagated by DRed; aggregate in the query after the CTE")
+    for join in select.args.get("joins") or []:
+        if join.side or join.kind in ("ANTI", "SEMI"):
+            raise refuse(f"{join.side or join.kind} JOIN inside a branch of {name}: only inner "
+                         f"joins are monotone")
+
+
+def _types(select: exp.Select, program: Program, dialect: str, refuse: Refuse) -> list[SqlType]:
+    """The column types of the first branch that starts the recursion (sqlglot infers them)."""
+    from sqlglot.optimizer.annotate_types import annotate_types
+    from sqlglot.optimizer.qualify import qualify
+
+    schema: dict[str, object] = {t.name: {c.name: str(c.type) for c in t.columns}
+                                 for t in program.tables}
+    try:
+        typed = annotate_types(qualify(select.copy(), schema=schema, dialect=dialect),
+                               schema=schema, dialect=dialect)
+    except Exception as e:
+        raise refuse(f"cannot type the first branch ({e})") from e
+    out = []
+    for column in typed.expressions:
+        t = column.type
+        try:
+            if t is None or t.this == exp.DataType.Type.UNKNOWN:
+                raise ValueError("its type is not known")
+            out.append(sql_type_of(t))
+        except ValueError as err:
+            raise refuse(f"column {column.alias_or_name} of the first branch: {err}; CAST it "
+                         f"to a declared type") from err
+    return out
+
+
+def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, name: str,
+             refuse: Refuse) -> tuple[Branch, tuple[str, ...]]:
+    """A branch as Spark SQL over slots, each column cast to r's type and named like it."""
+    tree = select.copy()
+    reads: list[str] = []
+    for t in list(tree.find_all(exp.Table)):
+        if t.name.lower() != name.lower() and program.table(t.name) is None:
+            raise refuse(f"a branch reads {t.name}, which is neither a declared table nor {name}")
+        decl = program.table(t.name)
+        reads.append(decl.name if decl is not None else name)
+        if not t.alias:
+            t.set("alias", exp.TableAlias(this=exp.to_identifier(t.name)))
+        t.set("this", exp.to_identifier(_SLOT.format(len(reads) - 1)))
+        t.set("db", None)
+        t.set("catalog", None)
+    tree.set("expressions", [
+        exp.alias_(exp.cast(e.unalias(), str(c.type), dialect="duckdb"), c.name)
+        for e, c in zip(tree.expressions, columns)])
+    try:
+        sql = render_expression(tree, SPARK)
+    except Exception as e:
+        raise refuse(f"cannot write {select.sql()[:80]} for Spark: {e}") from e
+    return Branch(sql=sql, reads=tuple(reads)), tuple(reads)

@@ -1,0 +1,321 @@
+"""A recursive view: its fixpoint R kept by semi-naive insertion and DRed, its query folded.
+
+The view's recursive CTE ``r`` is kept as the set R in Delta (``_fixpoint``, beside the
+state of the query after the CTE), with a mirror of each source the CTE reads (``_mirror_<t>``:
+each distinct row and how many copies of it are present).  A batch of such a source is
+applied like this (the SQL comes from :mod:`incr.compiler.recursion`)::
+
+    ΔR ← semi-naive (insert) or delete-and-rederive (delete) from the batch's changed rows
+    the query's state ← ⊗ h(ΔS)         when the query also reads the source itself
+    the query's state ← ⊗ h(ΔR)         ΔR as a signed batch of the pseudo-source r
+    publish a(state)
+
+Only the rows whose presence the batch changes count (a second copy of a link derives
+nothing new), and every round reads the last round's tuples only.
+
+**Crash safety.**  Each batch's work is numbered ``2·batch`` (the fold of the source) and
+``2·batch + 1`` (ΔR and its fold), and each table records the number it committed: ΔR is
+written (``_dr``) before R and the mirrors move, and the query's state last, so a run
+stopped anywhere in between reads ΔR back instead of computing it against an R that has
+already moved, and skips what committed.
+
+Where it runs: the evaluation of ΔR on the driver-side engine (DuckDB) when the batch is on
+the driver and small, in Spark otherwise, like every other step
+(:class:`~incr.runtime.engine.Engines`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from incr.compiler.plan import WEIGHT, IncrementalPlan
+from incr.compiler.recursion import (
+    MAX_ROUNDS,
+    all_sql,
+    changed_sql,
+    minus_sql,
+    mirror_sql,
+    present_sql,
+    round_sql,
+    signed_sql,
+    union_all_sql,
+    within_sql,
+)
+from incr.errors import InputError, Location
+from incr.runtime import faults
+from incr.runtime.engine import Engine
+from incr.runtime.landing import DELETE
+from incr.runtime.maintain import ViewMetrics, WrappedRuntime, held_back
+from incr.runtime.store import DeltaStore
+from incr.runtime.types import arrow_schema, nullable
+
+if TYPE_CHECKING:
+    from incr.runtime.engine import Engines
+
+#: Numbers per batch: the source's fold, then ΔR (see the module doc).
+NUMBERS = 2
+
+
+class RecursiveRuntime(WrappedRuntime):
+    """A recursive view: the query after the CTE as a :class:`ViewRuntime`, R beside it."""
+
+    NUMBERS = NUMBERS
+
+    def __init__(self, plan: IncrementalPlan, store: DeltaStore, engines: Engines,
+                 warehouse: Path):
+        super().__init__(plan, store, engines, warehouse)
+        assert plan.recursion is not None
+        self.rec = plan.recursion
+        self.outer = self.inner
+        self.log: list[dict] = []  # per batch: rounds, tuples derived, |ΔR| (benchmarks, tests)
+        self._r_schema = nullable(arrow_schema(self.rec.columns))
+        self._dr_schema = self._r_schema.append(pa.field(WEIGHT, pa.int64()))
+        self._rows: dict[str, int] = {}  # rows of each table an evaluation kept
+
+    @property
+    def fixpoint_path(self) -> Path:
+        """R, beside the query's state (in its current generation)."""
+        return self.outer.state_root / "_fixpoint"
+
+    @property
+    def dr_path(self) -> Path:
+        return self.outer.state_root / "_dr"
+
+    def mirror_path(self, source: str) -> Path:
+        return self.outer.state_root / f"_mirror_{source.lower()}"
+
+    # -- one batch ---------------------------------------------------------------------------
+    def apply(self, batch: int, kind: str, source: str, batch_view: str,
+              arrow: pa.Table | None = None,
+              register: Callable[[], None] | None = None, publish_at: int = -1) -> ViewMetrics:
+        """Moves R by the batch, folds the batch and ΔR into the query, publishes a."""
+        metrics = ViewMetrics(self.plan.view, batch)
+        base = batch * NUMBERS
+        sign = -1 if kind == DELETE else 1
+        answer_at = self.outer.answer.through()
+        in_step = answer_at >= 0 and answer_at == self.state_through() < batch
+        trace = {"batch": batch, "rounds": 0, "derived": 0, "dr_rows": 0}
+        folds: list[pa.Table | None] = []
+        try:
+            dr = None
+            if self.rec.reads(source):
+                if arrow is None:  # a batch too large for the driver: its rows from Spark
+                    if register is not None:
+                        register()
+                    arrow = self._spark_views.collect(f"SELECT * FROM {batch_view}")
+                dr = self._change(base + 1, source, sign, arrow, trace)
+            if any(self.plan.depends_on(s, source) for s in self.plan.stages):
+                folds.append(self.outer.fold(base, source, batch_view, sign, metrics, arrow,
+                                             register))
+            if dr is not None:
+                name = f"incr_{self.plan.view}_rec_dr_{batch}"
+                folds.append(self.outer.fold(base + 1, self.rec.name, name, 0, metrics, dr,
+                                             self._registrar(name, dr)))
+        finally:
+            self._spark_views.close()
+        self.log.append(trace)
+        faults.crash_point("view.after_state", batch)
+        if held_back(metrics, batch, publish_at):
+            return metrics
+        touched = _union(folds) if in_step else None
+        t0 = time.perf_counter()
+        metrics.answer_rows = self.outer.answer.publish(batch, touched, metrics)
+        metrics.answer_s = time.perf_counter() - t0
+        faults.crash_point("view.after_answer", batch)
+        return metrics
+
+    # -- R ---------------------------------------------------------------------------------------
+    def _change(self, number: int, source: str, sign: int, rows: pa.Table,
+                trace: dict) -> pa.Table:
+        """ΔR for a batch of ``source`` (read back if written before a crash); moves R and
+        the source's mirror to after the batch."""
+        decl = self._decl(source)
+        mirror_schema = _mirror_schema(decl.columns)
+        rows = rows.select([c.name for c in decl.columns])
+        if self._through(self.dr_path) == number:
+            dr = self.store.read(self.dr_path).cast(self._dr_schema)
+        else:
+            def work(name: str) -> tuple[pa.Table, pa.Table]:
+                engine = self.engines.engine(name, self.store)
+                try:
+                    self._rows = {}
+                    return self._evaluate(engine, source, sign, rows, trace)
+                finally:
+                    engine.close()
+
+            dr = self.engines.run("recursion", f"ΔR of view {self.plan.view}", work,
+                                     rows=rows.num_rows)
+            self.store.write(self.dr_path, dr, mode="overwrite", batch=number,
+                             description=f"incr ΔR of view {self.plan.view} for the batch "
+                                         f"being applied")
+        faults.crash_point("recursion.after_dr", number // NUMBERS)
+        if self._through(self.mirror_path(source)) < number:
+            mirror = self._moved_mirror(source, sign, rows, decl.columns, mirror_schema)
+            self.store.write(self.mirror_path(source), mirror, mode="overwrite", batch=number,
+                             description=f"incr mirror of {source} for view {self.plan.view}: "
+                                         f"each row and its copies")
+        if self._through(self.fixpoint_path) < number:
+            self._move_fixpoint(dr, number)
+        trace["dr_rows"] = dr.num_rows
+        return dr
+
+    def _evaluate(self, engine: Engine, source: str, sign: int, rows: pa.Table,
+                  trace: dict) -> pa.Table:
+        """ΔR on ``engine``: semi-naive for an insert, DRed for a delete (module doc)."""
+        rec, cols = self.rec, self.rec.columns
+        p = f"incr_{self.plan.view}_rec_"
+        r = self._register(engine, p + "r", self.fixpoint_path, self._r_schema)
+        before: dict[str, str] = {}  # each source's distinct rows before the batch
+        for t in rec.sources:
+            decl = self._decl(t)
+            mirror = self._register(engine, p + f"m_{t.lower()}", self.mirror_path(t),
+                                    _mirror_schema(decl.columns))
+            self._keep(engine, p + f"s_{t.lower()}", present_sql(decl.columns, mirror),
+                       _source_schema(decl.columns))
+            before[t.lower()] = p + f"s_{t.lower()}"
+        decl = self._decl(source)
+        old = before[source.lower()]
+        batch = engine.table(p + "batch", rows)
+        moved = engine.view(p + "moved", mirror_sql(decl.columns, p + f"m_{source.lower()}",
+                                                    batch, sign))
+        schema = _source_schema(decl.columns)
+        new = self._keep(engine, p + "s_new", present_sql(decl.columns, moved), schema)
+        # The rows whose presence the batch changes: those now present, or no longer.
+        first, second = (new, old) if sign > 0 else (old, new)
+        changed = self._keep(engine, p + "changed",
+                             minus_sql(decl.columns, f"SELECT * FROM {first}", second), schema)
+        after = {**before, source.lower(): new}
+        branches = (*rec.base, *rec.step)
+        if not self._rows[changed]:
+            return self._dr_schema.empty_table()
+
+        def rounds(first: str | None, tables: dict[str, str], within: str | None,
+                   without: tuple[str, ...], tag: str) -> list[str]:
+            """Semi-naive: ``first``, then the step over each round's new tuples, kept
+            ``within`` a set (when given), new against ``without`` and earlier rounds."""
+            found: list[str] = []
+            sql = first
+            for k in range(MAX_ROUNDS):
+                if sql is None:
+                    return found
+                if within is not None:
+                    sql = within_sql(cols, sql, within)
+                name = self._keep(engine, f"{p}{tag}{k}", minus_sql(cols, sql, *without, *found),
+                                  self._r_schema)
+                trace["derived"] += self._rows[name]
+                if not self._rows[name]:
+                    return found
+                found.append(name)
+                trace["rounds"] += 1
+                sql = round_sql(rec, name, tables)
+            raise InputError(f"view {self.plan.view}: the recursion of {rec.name} did not reach a "
+                             f"fixpoint in {MAX_ROUNDS} rounds; bound it (e.g. WHERE hops < 20 in "
+                             f"its step)", Location(self.plan.program))
+
+        if sign > 0:
+            tables = {**after, rec.name.lower(): r}
+            added = rounds(changed_sql(rec, branches, source, changed, tables), tables, None,
+                           (r,), "i")
+            return self._signed(engine, added, +1)
+        tables = {**before, rec.name.lower(): r}
+        over = rounds(changed_sql(rec, branches, source, changed, tables), tables, r, (), "o")
+        if not over:
+            return self._dr_schema.empty_table()
+        gone = self._keep(engine, p + "over", union_all_sql(over), self._r_schema)
+        rest = engine.view(p + "rest", minus_sql(cols, f"SELECT * FROM {r}", gone))
+        tables = {**after, rec.name.lower(): rest}
+        back = rounds(all_sql(rec, tables), tables, gone, (), "d")
+        lost = self._keep(engine, p + "lost", minus_sql(cols, f"SELECT * FROM {gone}", *back),
+                          self._r_schema)
+        return self._signed(engine, [lost], -1)
+
+    def _decl(self, source: str):
+        return next(t for t in self.plan.source_tables if t.name.lower() == source.lower())
+
+    def _signed(self, engine: Engine, names: list[str], sign: int) -> pa.Table:
+        """The rows of tables ``names`` as a change of R, each ``sign``."""
+        if not names:
+            return self._dr_schema.empty_table()
+        dr = engine.collect(signed_sql(f"({union_all_sql(names)}) AS _r", sign), self._dr_schema)
+        return dr.select(self._dr_schema.names).cast(self._dr_schema)
+
+    def _keep(self, engine: Engine, name: str, sql: str, schema: pa.Schema) -> str:
+        """Computes ``sql`` once, registers its rows (of ``schema``) as ``name`` (counted in
+        ``_rows``)."""
+        table = engine.collect(sql, schema).select(schema.names).cast(schema)
+        engine.table(name, table)
+        self._rows[name] = table.num_rows
+        return name
+
+    def _register(self, engine: Engine, name: str, path: Path, schema: pa.Schema) -> str:
+        if self.store.exists(path):
+            return engine.delta(name, path)
+        return engine.table(name, schema.empty_table())
+
+    def _moved_mirror(self, source: str, sign: int, rows: pa.Table, columns,
+                      schema: pa.Schema) -> pa.Table:
+        """The source's mirror after the batch (computed on the driver: it is read whole)."""
+        def work(name: str) -> pa.Table:
+            engine = self.engines.engine(name, self.store)
+            try:
+                mirror = self._register(engine, "incr_rec_mirror", self.mirror_path(source),
+                                        schema)
+                batch = engine.table("incr_rec_mirror_batch", rows)
+                return engine.collect(mirror_sql(columns, mirror, batch, sign), schema)
+            finally:
+                engine.close()
+
+        table = self.engines.run("recursion", f"mirror of {source} for view {self.plan.view}",
+                                 work, rows=rows.num_rows)
+        return table.select(schema.names).cast(schema)
+
+    def _move_fixpoint(self, dr: pa.Table, number: int) -> None:
+        """R ⊕ ΔR: an insert's tuples are appended, a delete's removed."""
+        added = dr.filter(pc.greater(dr.column(WEIGHT), 0)).select(self._r_schema.names)
+        removed = dr.filter(pc.less(dr.column(WEIGHT), 0)).select(self._r_schema.names)
+        what = f"incr fixpoint of view {self.plan.view}'s recursive {self.rec.name}"
+        if removed.num_rows == 0 and self.store.exists(self.fixpoint_path):
+            self.store.write(self.fixpoint_path, added.cast(self._r_schema), mode="append",
+                             batch=number, description=what)
+            return
+
+        def work(name: str) -> pa.Table:
+            engine = self.engines.engine(name, self.store)
+            try:
+                r = self._register(engine, "incr_rec_fix", self.fixpoint_path, self._r_schema)
+                gone = engine.table("incr_rec_fix_gone", removed.cast(self._r_schema))
+                kept = minus_sql(self.rec.columns, f"SELECT * FROM {r}", gone)
+                return engine.collect(kept, self._r_schema)
+            finally:
+                engine.close()
+
+        rows = self.engines.run("recursion", f"R of view {self.plan.view}", work,
+                                rows=dr.num_rows)
+        data = pa.concat_tables([rows.select(self._r_schema.names).cast(self._r_schema),
+                                 added.cast(self._r_schema)])
+        self.store.write(self.fixpoint_path, data, mode="overwrite", batch=number,
+                         description=what)
+
+
+def _source_schema(columns) -> pa.Schema:
+    return nullable(arrow_schema(columns))
+
+
+def _mirror_schema(columns) -> pa.Schema:
+    """A source's mirror: its columns and how many copies of the row are present."""
+    return _source_schema(columns).append(pa.field(WEIGHT, pa.int64()))
+
+
+def _union(tables: list[pa.Table | None]) -> pa.Table | None:
+    """Touched groups of several folds (None: one is not known, so neither is the union)."""
+    if not tables or any(t is None for t in tables):
+        return None
+    first = tables[0]
+    rows = pa.concat_tables([t.select(first.column_names).cast(first.schema) for t in tables])
+    return rows.group_by(rows.column_names).aggregate([])

@@ -1,0 +1,75 @@
+"""Compiling WITH RECURSIVE views: what is accepted, what is refused and why, and explain."""
+
+from __future__ import annotations
+
+import pytest
+
+from incr.compiler import compile_text
+from incr.compiler.explain import explain_program
+from incr.errors import NotIncrementalizableError
+
+TABLES = "CREATE TABLE links (src BIGINT, dst BIGINT, cost DECIMAL(10,2));\n"
+
+
+def _view(cte: str, query: str = "SELECT * FROM r") -> str:
+    return TABLES + f"CREATE VIEW v AS WITH RECURSIVE r (src, dst) AS ({cte}) {query};\n"
+
+
+STEP = "SELECT r.src, l.dst FROM r JOIN links l ON r.dst = l.src"
+
+
+def test_the_cte_becomes_a_source_of_the_query_and_its_branches_read_slots():
+    plan = compile_text(_view(f"SELECT src, dst FROM links UNION {STEP}",
+                              "SELECT src, COUNT(*) AS n FROM r GROUP BY src")).plans[0]
+    rec = plan.recursion
+    assert rec is not None and rec.name == "r" and rec.sources == ("links",)
+    assert [c.name for c in rec.columns] == ["src", "dst"]
+    assert [str(c.type) for c in rec.columns] == ["BIGINT", "BIGINT"]
+    assert [b.reads for b in rec.base] == [("links",)]
+    assert [b.reads for b in rec.step] == [("r", "links")]
+    assert plan.sources == ("links",)  # the view's batches are the links', not r's
+
+
+def test_column_types_come_from_the_first_branch():
+    text = TABLES + ("CREATE VIEW v AS WITH RECURSIVE p AS (SELECT src, dst, cost, 1 AS hops "
+                     "FROM links UNION SELECT p.src, l.dst, p.cost + l.cost, p.hops + 1 FROM p "
+                     "JOIN links l ON p.dst = l.src WHERE p.hops < 3) SELECT * FROM p;\n")
+    rec = compile_text(text).plans[0].recursion
+    assert [(c.name, str(c.type)) for c in rec.columns] == [
+        ("src", "BIGINT"), ("dst", "BIGINT"), ("cost", "DECIMAL(10,2)"), ("hops", "INTEGER")]
+
+
+def test_a_with_recursive_that_reads_no_cte_recursively_is_an_ordinary_query():
+    text = TABLES + "CREATE VIEW v AS WITH RECURSIVE c AS (SELECT src FROM links) SELECT src FROM c;"
+    assert compile_text(text).plans[0].recursion is None
+
+
+@pytest.mark.parametrize("cte, query, says", [
+    (f"SELECT src, dst FROM links UNION ALL {STEP}", "SELECT * FROM r", "write UNION"),
+    (("SELECT src, dst FROM links UNION SELECT a.src, b.dst FROM r a JOIN r b ON a.dst = b.src"),
+     "SELECT * FROM r", "only linear recursion"),
+    (STEP, "SELECT * FROM r", "starts the recursion"),
+    (("SELECT src, dst FROM links UNION SELECT r.src, MAX(l.dst) FROM r JOIN links l "
+      "ON r.dst = l.src GROUP BY r.src"), "SELECT * FROM r", "GROUP inside a branch"),
+    (("SELECT src, dst FROM links UNION SELECT r.src, l.dst FROM r LEFT JOIN links l "
+      "ON r.dst = l.src"), "SELECT * FROM r", "only inner joins are monotone"),
+    (("SELECT src, dst FROM links UNION SELECT r.src, r.dst FROM r WHERE NOT EXISTS "
+      "(SELECT * FROM links l WHERE l.src = r.dst)"), "SELECT * FROM r", "not monotone"),
+    (f"SELECT src, dst FROM links UNION {STEP}", "SELECT * FROM r, x", None),
+])
+def test_what_dred_cannot_keep_exact_is_refused_with_the_reason(cte, query, says):
+    text = _view(cte, query)
+    if says is None:  # a second, non-recursive CTE
+        text = TABLES + (f"CREATE VIEW v AS WITH RECURSIVE r (src, dst) AS ({cte}), x AS "
+                         f"(SELECT 1 AS one) SELECT * FROM r, x;\n")
+        says = "exactly one CTE"
+    with pytest.raises(NotIncrementalizableError, match=says) as e:
+        compile_text(text, path="rec.sql")
+    assert "rec.sql:2" in str(e.value) and "view v: WITH RECURSIVE" in str(e.value)
+
+
+def test_explain_names_the_method_and_shows_a_round():
+    text = explain_program(compile_text(_view(f"SELECT src, dst FROM links UNION {STEP}")))
+    assert "recursive r(src BIGINT, dst BIGINT)" in text
+    assert "semi-naive" in text and "delete and rederive (DRed)" in text
+    assert "FROM Δr AS r JOIN links AS l" in text
