@@ -207,7 +207,8 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("bench", help="time incremental batches against full recompute, the "
                                       "Structured Streaming peer and the floor (seed paper §11)")
     sp.add_argument("name", help="groupby, joingroupby, groupby-deletes, joingroupby-deletes, "
-                                 "kmeans, pagerank, pagerank-deletes or backfill")
+                                 "kmeans, pagerank, pagerank-deletes, reachability, shortest-path "
+                                 "or backfill")
     sp.add_argument("--out", default="bench-out",
                     help="folder for NAME.csv, NAME.png, NAME-profile.csv, NAME.json (and the "
                          "work data while running)")
@@ -238,7 +239,9 @@ def _parser() -> argparse.ArgumentParser:
                          "[0, GROUPS) instead of [0, 10000], so state and answer grow with "
                          "the data (e.g. 250000 at 1M rows)")
     sp.add_argument("--nodes", type=int, default=None,
-                    help="pagerank: node ids of the initial graph (default 5000)")
+                    help="pagerank: node ids of the initial graph (default 5000); "
+                         "reachability, shortest-path: nodes of the transit-stub topology, "
+                         "in domains of 100 (default 100)")
     sp.add_argument("--new-nodes", type=int, default=None,
                     help="pagerank: new nodes per increment (default 100)")
     sp.add_argument("--iterations", type=int, default=None,
@@ -550,6 +553,8 @@ def _sizes(text: str) -> tuple[int, ...]:
 def cmd_bench(args: argparse.Namespace) -> int:
     from incr.bench import DEFAULT_SIZES, run_bench
     from incr.bench.iterative import is_iterative, run_iterative
+    from incr.bench.recursive import is_recursive_bench
+    from incr.bench.recursive import main_args as recursive_bench
 
     if args.name == "backfill":
         from incr.bench.backfill import run_backfill_bench
@@ -557,6 +562,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return run_backfill_bench(Path(args.out), args.gb, args.driver_memory,
                                   args.kill_after or None, keep_work=args.keep_work,
                                   append_only=args.append_only)
+    if is_recursive_bench(args.name):
+        return recursive_bench(args.name, Path(args.out), args.nodes,
+                               args.increment or (args.sizes[0] if args.sizes else None),
+                               args.increments)
     if is_iterative(args.name):
         return run_iterative(args.name, Path(args.out), args.initial_rows,
                              args.sizes or ((args.increment,) if args.increment else None),

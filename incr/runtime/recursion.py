@@ -141,7 +141,7 @@ class RecursiveRuntime(WrappedRuntime):
         if self._through(self.dr_path) == number:
             dr = self.store.read(self.dr_path).cast(self._dr_schema)
         else:
-            def work(name: str) -> tuple[pa.Table, pa.Table]:
+            def work(name: str) -> pa.Table:
                 engine = self.engines.engine(name, self.store)
                 try:
                     self._rows = {}
@@ -150,7 +150,7 @@ class RecursiveRuntime(WrappedRuntime):
                     engine.close()
 
             dr = self.engines.run("recursion", f"ΔR of view {self.plan.view}", work,
-                                     rows=rows.num_rows)
+                                  rows=rows.num_rows)
             self.store.write(self.dr_path, dr, mode="overwrite", batch=number,
                              description=f"incr ΔR of view {self.plan.view} for the batch "
                                          f"being applied")
@@ -162,6 +162,7 @@ class RecursiveRuntime(WrappedRuntime):
                                          f"each row and its copies")
         if self._through(self.fixpoint_path) < number:
             self._move_fixpoint(dr, number)
+        faults.crash_point("recursion.after_fixpoint", number // NUMBERS)
         trace["dr_rows"] = dr.num_rows
         return dr
 
