@@ -132,7 +132,7 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
     nodes = domains * NODES_PER_DOMAIN
     rows: list[Row] = []
     for batch in range(increments + 1):
-        kind = "insert" if batch % 2 == 0 or batch == 0 else "delete"
+        kind = "insert" if batch % 2 == 0 else "delete"
         if batch == 0:
             change = dict(live)
         elif kind == "insert":

@@ -68,10 +68,6 @@ class Branch:
     sql: str  # Spark SQL with _SLOT.format(i) for occurrence i
     reads: tuple[str, ...]  # the table of each slot: a declared source, or the CTE's name
 
-    def recursive(self, name: str) -> bool:
-        """Whether the branch reads the CTE ``name`` (a step, not a start)."""
-        return any(t.lower() == name.lower() for t in self.reads)
-
 
 @dataclass(frozen=True)
 class Recursion:

@@ -59,15 +59,21 @@ from incr.compiler.iterate import (
     reassigned_sql,
     typed_sql,
 )
-from incr.compiler.plan import BUCKET, WEIGHT, IncrementalPlan
+from incr.compiler.plan import BUCKET, IncrementalPlan
 from incr.compiler.sqlgen import render_all, render_old_rows
 from incr.runtime import faults
 from incr.runtime.engine import DRIVER, Engine
 from incr.runtime.landing import DELETE
-from incr.runtime.maintain import ViewMetrics, ViewRuntime, WrappedRuntime, held_back
+from incr.runtime.maintain import (
+    ViewMetrics,
+    ViewRuntime,
+    WrappedRuntime,
+    held_back,
+    union_touched,
+)
 from incr.runtime.recursion import RecursiveRuntime
 from incr.runtime.store import DeltaStore
-from incr.runtime.types import arrow_schema, nullable
+from incr.runtime.types import arrow_schema, nullable, signed
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -106,16 +112,6 @@ def _once(register: Callable[[], None] | None) -> Callable[[], None] | None:
     return once
 
 
-def _union(a: pa.Table | None, b: pa.Table | None) -> pa.Table | None:
-    """Touched groups of two folds (None: not known, so neither is the union)."""
-    if a is None or b is None:
-        return None
-    if not a.num_rows:
-        return b
-    both = pa.concat_tables([a, b.select(a.column_names).cast(a.schema)])
-    return both.group_by(both.column_names).aggregate([])
-
-
 class IterativeRuntime(WrappedRuntime):
     """An iterative view: its step's :class:`ViewRuntime` and the iterate X beside it."""
 
@@ -129,7 +125,7 @@ class IterativeRuntime(WrappedRuntime):
         self.step = self.inner
         self.log: list[dict] = []  # per batch: moves and |ΔX| (read by benchmarks and tests)
         self._x_schema = nullable(arrow_schema(self.it.columns))
-        self._dx_schema = self._x_schema.append(pa.field(WEIGHT, pa.int64()))
+        self._dx_schema = signed(self._x_schema)
 
     @property
     def iterate_path(self) -> Path:
@@ -181,7 +177,7 @@ class IterativeRuntime(WrappedRuntime):
             else:
                 touched = self.step.fold(base, source, batch_view, sign, metrics, arrow, register)
             changed = touched  # every group this batch changed: what the answer follows
-            pending = None if first else _union(pending, touched)
+            pending = None if first else union_touched(pending, touched)
             moves = self.it.iterations if first else self.it.iterations - 1
             done = max(self._through(self.iterate_path) - base, 0) // 2
             if done:  # resumed after a crash: the folds before it were not seen
@@ -202,11 +198,11 @@ class IterativeRuntime(WrappedRuntime):
                     name = f"incr_{self.plan.view}_it_dx_{number}"
                     t = self.step.fold(number, self.it.name, name, 0, metrics, dx,
                                        self._registrar(name, dx))
-                    pending, changed = _union(pending, t), _union(changed, t)
+                    pending, changed = union_touched(pending, t), union_touched(changed, t)
                 if lookups and sign > 0:
                     reassigned = self._reassigned(batch_view, lookups, x_old, x_new, j)
                     t = self.step.fold(number + 1, source, reassigned, 0, metrics)
-                    pending, changed = _union(pending, t), _union(changed, t)
+                    pending, changed = union_touched(pending, t), union_touched(changed, t)
                 self._write_iterate(x_new, number + 1, batch if first else None)
                 faults.crash_point("iterate.after_move", batch)
             self._write_frontier(pending)

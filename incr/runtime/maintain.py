@@ -39,7 +39,7 @@ from incr.runtime.session import SparkEngine
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
 
-__all__ = ["Change", "ViewMetrics", "ViewRuntime", "WrappedRuntime"]
+__all__ = ["Change", "ViewMetrics", "ViewRuntime", "WrappedRuntime", "union_touched"]
 
 
 @dataclass(frozen=True)
@@ -357,6 +357,16 @@ class WrappedRuntime:
             self._spark_views.table(name, rows)
 
         return register
+
+
+def union_touched(*tables: pa.Table | None) -> pa.Table | None:
+    """The touched groups of several folds (None: one is not known, so neither is the union)."""
+    if not tables or any(t is None for t in tables):
+        return None
+    known = [t for t in tables if t is not None and t.num_rows] or [tables[0]]
+    first = known[0]
+    rows = pa.concat_tables([t.select(first.column_names).cast(first.schema) for t in known])
+    return rows.group_by(rows.column_names).aggregate([])
 
 
 def held_back(metrics: ViewMetrics, batch: int, publish_at: int) -> bool:

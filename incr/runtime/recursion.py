@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from incr.compiler.plan import WEIGHT, IncrementalPlan
+from incr.compiler.program import Column
 from incr.compiler.recursion import (
     MAX_ROUNDS,
     all_sql,
@@ -51,9 +52,9 @@ from incr.errors import InputError, Location
 from incr.runtime import faults
 from incr.runtime.engine import Engine
 from incr.runtime.landing import DELETE
-from incr.runtime.maintain import ViewMetrics, WrappedRuntime, held_back
+from incr.runtime.maintain import ViewMetrics, WrappedRuntime, held_back, union_touched
 from incr.runtime.store import DeltaStore
-from incr.runtime.types import arrow_schema, nullable
+from incr.runtime.types import arrow_schema, nullable, signed
 
 if TYPE_CHECKING:
     from incr.runtime.engine import Engines
@@ -75,7 +76,7 @@ class RecursiveRuntime(WrappedRuntime):
         self.outer = self.inner
         self.log: list[dict] = []  # per batch: rounds, tuples derived, |ΔR| (benchmarks, tests)
         self._r_schema = nullable(arrow_schema(self.rec.columns))
-        self._dr_schema = self._r_schema.append(pa.field(WEIGHT, pa.int64()))
+        self._dr_schema = signed(self._r_schema)
         self._rows: dict[str, int] = {}  # rows of each table an evaluation kept
 
     @property
@@ -123,7 +124,7 @@ class RecursiveRuntime(WrappedRuntime):
         faults.crash_point("view.after_state", batch)
         if held_back(metrics, batch, publish_at):
             return metrics
-        touched = _union(folds) if in_step else None
+        touched = union_touched(*folds) if in_step else None
         t0 = time.perf_counter()
         metrics.answer_rows = self.outer.answer.publish(batch, touched, metrics)
         metrics.answer_s = time.perf_counter() - t0
@@ -138,10 +139,11 @@ class RecursiveRuntime(WrappedRuntime):
         decl = self._decl(source)
         mirror_schema = _mirror_schema(decl.columns)
         rows = rows.select([c.name for c in decl.columns])
+        mirror = None  # the source's mirror after the batch, once the evaluation computed it
         if self._through(self.dr_path) == number:
             dr = self.store.read(self.dr_path).cast(self._dr_schema)
         else:
-            def work(name: str) -> pa.Table:
+            def work(name: str) -> tuple[pa.Table, pa.Table]:
                 engine = self.engines.engine(name, self.store)
                 try:
                     self._rows = {}
@@ -149,14 +151,15 @@ class RecursiveRuntime(WrappedRuntime):
                 finally:
                     engine.close()
 
-            dr = self.engines.run("recursion", f"ΔR of view {self.plan.view}", work,
+            dr, mirror = self.engines.run("recursion", f"ΔR of view {self.plan.view}", work,
                                   rows=rows.num_rows)
             self.store.write(self.dr_path, dr, mode="overwrite", batch=number,
                              description=f"incr ΔR of view {self.plan.view} for the batch "
                                          f"being applied")
         faults.crash_point("recursion.after_dr", number // NUMBERS)
         if self._through(self.mirror_path(source)) < number:
-            mirror = self._moved_mirror(source, sign, rows, decl.columns, mirror_schema)
+            if mirror is None:  # resumed with ΔR read back
+                mirror = self._moved_mirror(source, sign, rows, decl.columns, mirror_schema)
             self.store.write(self.mirror_path(source), mirror, mode="overwrite", batch=number,
                              description=f"incr mirror of {source} for view {self.plan.view}: "
                                          f"each row and its copies")
@@ -167,24 +170,27 @@ class RecursiveRuntime(WrappedRuntime):
         return dr
 
     def _evaluate(self, engine: Engine, source: str, sign: int, rows: pa.Table,
-                  trace: dict) -> pa.Table:
-        """ΔR on ``engine``: semi-naive for an insert, DRed for a delete (module doc)."""
+                  trace: dict) -> tuple[pa.Table, pa.Table]:
+        """ΔR on ``engine``: semi-naive for an insert, DRed for a delete (module doc); and
+        the source's mirror after the batch, which it computes on the way."""
         rec, cols = self.rec, self.rec.columns
         p = f"incr_{self.plan.view}_rec_"
         r = self._register(engine, p + "r", self.fixpoint_path, self._r_schema)
         before: dict[str, str] = {}  # each source's distinct rows before the batch
         for t in rec.sources:
             decl = self._decl(t)
-            mirror = self._register(engine, p + f"m_{t.lower()}", self.mirror_path(t),
-                                    _mirror_schema(decl.columns))
-            self._keep(engine, p + f"s_{t.lower()}", present_sql(decl.columns, mirror),
+            held = self._register(engine, p + f"m_{t.lower()}", self.mirror_path(t),
+                                  _mirror_schema(decl.columns))
+            self._keep(engine, p + f"s_{t.lower()}", present_sql(decl.columns, held),
                        _source_schema(decl.columns))
             before[t.lower()] = p + f"s_{t.lower()}"
         decl = self._decl(source)
         old = before[source.lower()]
         batch = engine.table(p + "batch", rows)
-        moved = engine.view(p + "moved", mirror_sql(decl.columns, p + f"m_{source.lower()}",
-                                                    batch, sign))
+        mirror_schema = _mirror_schema(decl.columns)
+        mirror = engine.collect(mirror_sql(decl.columns, p + f"m_{source.lower()}", batch, sign),
+                                mirror_schema).select(mirror_schema.names).cast(mirror_schema)
+        moved = engine.table(p + "moved", mirror)  # also what the mirror becomes
         schema = _source_schema(decl.columns)
         new = self._keep(engine, p + "s_new", present_sql(decl.columns, moved), schema)
         # The rows whose presence the batch changes: those now present, or no longer.
@@ -194,7 +200,7 @@ class RecursiveRuntime(WrappedRuntime):
         after = {**before, source.lower(): new}
         branches = (*rec.base, *rec.step)
         if not self._rows[changed]:
-            return self._dr_schema.empty_table()
+            return self._dr_schema.empty_table(), mirror
 
         def rounds(first: str | None, tables: dict[str, str], within: str | None,
                    without: tuple[str, ...], tag: str) -> list[str]:
@@ -223,18 +229,18 @@ class RecursiveRuntime(WrappedRuntime):
             tables = {**after, rec.name.lower(): r}
             added = rounds(changed_sql(rec, branches, source, changed, tables), tables, None,
                            (r,), "i")
-            return self._signed(engine, added, +1)
+            return self._signed(engine, added, +1), mirror
         tables = {**before, rec.name.lower(): r}
         over = rounds(changed_sql(rec, branches, source, changed, tables), tables, r, (), "o")
         if not over:
-            return self._dr_schema.empty_table()
+            return self._dr_schema.empty_table(), mirror
         gone = self._keep(engine, p + "over", union_all_sql(over), self._r_schema)
         rest = engine.view(p + "rest", minus_sql(cols, f"SELECT * FROM {r}", gone))
         tables = {**after, rec.name.lower(): rest}
         back = rounds(all_sql(rec, tables), tables, gone, (), "d")
         lost = self._keep(engine, p + "lost", minus_sql(cols, f"SELECT * FROM {gone}", *back),
                           self._r_schema)
-        return self._signed(engine, [lost], -1)
+        return self._signed(engine, [lost], -1), mirror
 
     def _decl(self, source: str):
         return next(t for t in self.plan.source_tables if t.name.lower() == source.lower())
@@ -304,19 +310,10 @@ class RecursiveRuntime(WrappedRuntime):
                          description=what)
 
 
-def _source_schema(columns) -> pa.Schema:
+def _source_schema(columns: tuple[Column, ...]) -> pa.Schema:
     return nullable(arrow_schema(columns))
 
 
-def _mirror_schema(columns) -> pa.Schema:
+def _mirror_schema(columns: tuple[Column, ...]) -> pa.Schema:
     """A source's mirror: its columns and how many copies of the row are present."""
-    return _source_schema(columns).append(pa.field(WEIGHT, pa.int64()))
-
-
-def _union(tables: list[pa.Table | None]) -> pa.Table | None:
-    """Touched groups of several folds (None: one is not known, so neither is the union)."""
-    if not tables or any(t is None for t in tables):
-        return None
-    first = tables[0]
-    rows = pa.concat_tables([t.select(first.column_names).cast(first.schema) for t in tables])
-    return rows.group_by(rows.column_names).aggregate([])
+    return signed(_source_schema(columns))

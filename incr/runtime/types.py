@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from incr.compiler.dialect import WEIGHT
 from incr.compiler.program import Column
 from incr.compiler.types import SqlType, spark_type_name
 from incr.runtime.engine import DRIVER, SPARK, per_engine
@@ -38,3 +39,8 @@ def spark_type(t: SqlType) -> str:
 def nullable(schema: pa.Schema) -> pa.Schema:
     """The same schema with every field nullable (Spark marks counts NOT NULL; state may not)."""
     return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def signed(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the ``_w`` column of a signed change (copies, ±)."""
+    return schema.append(pa.field(WEIGHT, pa.int64()))
