@@ -242,6 +242,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="pagerank: node ids of the initial graph (default 5000); "
                          "reachability, shortest-path: nodes of the transit-stub topology, "
                          "in domains of 100 (default 100)")
+    sp.add_argument("--plain-dred", action="store_true",
+                    help="reachability, shortest-path: over-delete every tuple derived through "
+                         "a deleted link (no rank support), for the figures without it")
     sp.add_argument("--new-nodes", type=int, default=None,
                     help="pagerank: new nodes per increment (default 100)")
     sp.add_argument("--iterations", type=int, default=None,
@@ -565,7 +568,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if is_recursive_bench(args.name):
         return recursive_bench(args.name, Path(args.out), args.nodes,
                                args.increment or (args.sizes[0] if args.sizes else None),
-                               args.increments)
+                               args.increments, plain_dred=args.plain_dred)
     if is_iterative(args.name):
         return run_iterative(args.name, Path(args.out), args.initial_rows,
                              args.sizes or ((args.increment,) if args.increment else None),

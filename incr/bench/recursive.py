@@ -103,14 +103,19 @@ class Row:
     speedup: float
     rounds: int
     derived: int
+    over: int
     dr_rows: int
     fixpoint: int
     equal: bool
 
 
 def run_recursive(name: str, out: Path, domains: int, size: int, increments: int,
-                  command: str) -> int:
-    """Runs the benchmark and writes its outputs; returns an exit code (1 on a mismatch)."""
+                  command: str, plain_dred: bool = False) -> int:
+    """Runs the benchmark and writes its outputs; returns an exit code (1 on a mismatch).
+
+    ``plain_dred``: deletes over-delete every tuple derived through a deleted link (no rank
+    support), for the figures without it.
+    """
     from incr.bench.machine import machine_info
     from incr.compiler import compile_program
     from incr.oracle import diff_answers, oracle_answer
@@ -127,6 +132,7 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
     (landing / "links" / "_deletes").mkdir(parents=True)
     spark = spark_session()
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
+    pipeline.views[view].rank_support = not plain_dred
     rng = np.random.default_rng(zlib.crc32(f"{name}:{domains}:{size}".encode()))
     live = transit_stub(domains)
     nodes = domains * NODES_PER_DOMAIN
@@ -175,11 +181,12 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
         row = Row(name, batch, kind, 2 * len(change), len(live), round(incr_s, 3),
                   round(recompute_s, 3), round(duckdb_s, 3),
                   round(recompute_s / incr_s, 2) if incr_s else 0.0, trace["rounds"],
-                  trace["derived"], trace["dr_rows"], fixpoint, equal)
+                  trace["derived"], trace["over"], trace["dr_rows"], fixpoint, equal)
         rows.append(row)
         print(f"{name} batch {batch} ({kind}, {row.link_rows} link rows): incr {incr_s:.2f} s, "
               f"recompute {recompute_s:.2f} s ({row.speedup}x), duckdb {duckdb_s:.2f} s; "
-              f"{row.derived} tuples derived in {row.rounds} rounds, |ΔR| {row.dr_rows}, "
+              f"{row.derived} tuples derived in {row.rounds} rounds, {row.over} over-deleted, "
+              f"|ΔR| {row.dr_rows}, "
               f"|R| {fixpoint}{'' if equal else '; ANSWER DIFFERS FROM DUCKDB'}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{name}.csv", "w", newline="") as f:
@@ -193,6 +200,9 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
         "median_recompute_s": statistics.median(r.recompute_s for r in later) if later else None,
         "median_speedup": statistics.median(r.speedup for r in later) if later else None,
         "median_derived": statistics.median(r.derived for r in later) if later else None,
+        "median_over_deleted": statistics.median(r.over for r in later if r.kind == "delete")
+        if any(r.kind == "delete" for r in later) else None,
+        "rank_support": not plain_dred,
         "all_equal_duckdb": all(r.equal for r in rows),
     }
     (out / f"{name}.json").write_text(json.dumps({
@@ -205,19 +215,23 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
 
 def _markdown(name: str, rows: list[Row], summary: dict) -> str:
     head = ("| batch | kind | link rows | incr s | recompute s | × | duckdb s | derived | rounds "
-            "| ΔR | R | = DuckDB |\n|" + "---|" * 12 + "\n")
+            "| over-deleted | ΔR | R | = DuckDB |\n|" + "---|" * 13 + "\n")
     body = "".join(f"| {r.batch} | {r.kind} | {r.link_rows} | {r.incr_s} | {r.recompute_s} | "
-                   f"{r.speedup} | {r.duckdb_s} | {r.derived} | {r.rounds} | {r.dr_rows} | "
+                   f"{r.speedup} | {r.duckdb_s} | {r.derived} | {r.rounds} | {r.over} | "
+                   f"{r.dr_rows} | "
                    f"{r.fixpoint} | {'yes' if r.equal else 'NO'} |\n" for r in rows)
     return (f"# incr bench {name}\n\n{summary['nodes']} nodes, {summary['link_rows_initial']} "
             f"link rows at first; medians over the increments: incr {summary['median_incr_s']} s, "
             f"recompute {summary['median_recompute_s']} s ({summary['median_speedup']}×), "
-            f"{summary['median_derived']} tuples derived.\n\n" + head + body)
+            f"{summary['median_derived']} tuples derived; deletes over-delete "
+            f"{summary['median_over_deleted']} tuples "
+            f"({'rank support' if summary['rank_support'] else 'plain DRed'}).\n\n"
+            + head + body)
 
 
 def main_args(name: str, out: Path, nodes: int | None, size: int | None,
-              increments: int) -> int:
+              increments: int, plain_dred: bool = False) -> int:
     """The CLI's entry: ``nodes`` rounded to whole domains of 100 (default 100)."""
     domains = max(1, round((nodes or NODES_PER_DOMAIN) / NODES_PER_DOMAIN))
     return run_recursive(name, out, domains, size or 4, increments,
-                         "incr " + " ".join(sys.argv[1:]))
+                         "incr " + " ".join(sys.argv[1:]), plain_dred=plain_dred)

@@ -15,16 +15,23 @@ rederive** (DRed, Gupta, Mumick & Subrahmanian 1993, seed 004 §2) on deletion:
   as A (the others as t after the batch) give the first new tuples; each round then
   evaluates the recursive branches over the last round's new tuples only, until a round
   adds nothing;
-* deletion of rows D of t: first every tuple of R with a derivation that uses D, directly
-  or through tuples so found (the over-deletion O, evaluated like an insertion but against
-  t before the batch and kept within R); then the tuples of O that still have a derivation
-  from R − O and the sources after the batch are derived again, and what they derive
-  within O too.  ΔR is −(O minus what was rederived).
+* deletion of rows D of t: delete and rederive with **rank support**.  Each tuple of R
+  keeps a rank: 0 for a tuple a base branch derives, else one more than the rank of the r
+  tuple of the derivation that first found it, so every tuple has a derivation from tuples
+  of lower rank (a well-founded proof).  The tuples derived from D, and from tuples found
+  dead, are examined rank by rank: one that still has a derivation from a live tuple of
+  lower rank (or from a base branch) keeps its place and propagates nothing; only the rest
+  (O) are over-deleted, and their derived tuples examined in turn.  Then the tuples of O
+  still derivable from R − O and the sources after the batch are derived again (with new
+  ranks), and what they derive within O too.  ΔR is −(O minus what was rederived).
 
-Derivation counts would be cheaper but are not exact on cyclic data (the tuples of a cycle
-derive each other, so their counts never fall to zero when the cycle's entry is cut);
-absorption provenance (the seed's choice) is exact but keeps a Boolean formula per tuple.
-DRed needs neither and only touches the tuples derived from what was deleted.
+Plain DRed (Gupta, Mumick & Subrahmanian 1993) over-deletes every tuple with some
+derivation through D, which on a connected network is nearly the whole closure; the rank
+check keeps every tuple with an equally short proof left, so O is the tuples whose
+shortest proof went (the part of R a deletion really moves).  Derivation counts would be
+cheaper but are not exact on cyclic data (the tuples of a cycle derive each other, so their
+counts never fall to zero when the cycle's entry is cut); absorption provenance (the seed's
+choice) is exact but keeps a Boolean formula per tuple.  Ranks are one integer per tuple.
 
 Both need the recursion to be **linear** (each step branch reads r once) and **monotone**
 (no aggregate, negation, outer join or subquery inside the CTE: more facts can only derive
@@ -51,22 +58,36 @@ from incr.errors import Location, NotIncrementalizableError
 
 #: How a slot is spelled in a branch's SQL until the runtime names its table.
 _SLOT = "incr_slot_{}_"
+#: The slot of the tuples a targeted branch derives (see :attr:`Branch.targeted`).
+_TARGET = "incr_slot_target_"
 #: Makes the refusal of a view's recursion, with the reason.
 Refuse = Callable[[str], NotIncrementalizableError]
 #: Rounds of one batch's evaluation before the recursion is taken to be unbounded.
 MAX_ROUNDS = 10_000
 #: What ``explain`` says of how deletions are handled, and why.
-DELETIONS = ("delete and rederive (DRed): a deleted fact over-deletes the tuples derived "
-             "through it, then those still derivable from what is left are derived again; "
-             "derivation counts are not exact on cycles, whose tuples derive each other")
+DELETIONS = ("delete and rederive (DRed) with rank support: each tuple keeps the rank of "
+             "its first proof (0 from a base branch, else its r tuple's rank + 1); the tuples "
+             "derived from a deleted fact are examined rank by rank, and one with a proof "
+             "left from a live tuple of lower rank stays without propagating, so only the "
+             "tuples whose every shorter proof went are over-deleted, then those still "
+             "derivable from what is left are derived again; derivation counts are not exact "
+             "on cycles, whose tuples derive each other")
+#: R's column holding each tuple's rank (the module doc).
+RANK = "_rank"
 
 
 @dataclass(frozen=True)
 class Branch:
     """One SELECT of the CTE's UNION, as Spark SQL whose table occurrences are slots."""
 
-    sql: str  # Spark SQL with _SLOT.format(i) for occurrence i
+    sql: str  # Spark SQL with _SLOT.format(i) for occurrence i, r's columns then _rank
     reads: tuple[str, ...]  # the table of each slot: a declared source, or the CTE's name
+    #: (slot, its column, r's column) for each column of r the branch copies from a slot
+    #: unchanged: a derivation of a given tuple can only read the slot's rows matching it.
+    copies: tuple[tuple[int, str, str], ...] = ()
+    #: ``sql`` joined with a table of r's tuples (slot ``_TARGET``) on the copied columns:
+    #: the derivations of those tuples only (None when the branch copies no column).
+    targeted: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,9 +106,17 @@ class Recursion:
 
 
 # -- the SQL the runtime runs ----------------------------------------------------------------
-def fill(branch: Branch, slots: Mapping[int, str], default: Mapping[str, str]) -> str:
-    """``branch`` with slot i reading ``slots[i]``, else ``default`` of its table (lowercase)."""
+def fill(branch: Branch, slots: Mapping[int, str], default: Mapping[str, str],
+         target: str | None = None) -> str:
+    """``branch`` with slot i reading ``slots[i]``, else ``default`` of its table (lowercase).
+
+    With ``target`` (a table of r's tuples), the branch derives those tuples only, joined
+    with them on the columns it copies from its slots (the database starts from the few
+    target tuples instead of reading the whole of R or a source).
+    """
     sql = branch.sql
+    if target is not None and branch.targeted is not None:
+        sql = branch.targeted.replace(_TARGET, target)
     for i, table in enumerate(branch.reads):
         sql = sql.replace(_SLOT.format(i), slots.get(i, default[table.lower()]))
     return sql
@@ -113,18 +142,41 @@ def round_sql(rec: Recursion, last: str, tables: Mapping[str, str]) -> str | Non
     return union_sql(rec, parts)
 
 
-def all_sql(rec: Recursion, tables: Mapping[str, str]) -> str | None:
-    """Every tuple one application of the branches derives from ``tables`` (R as r)."""
-    return union_sql(rec, [fill(b, {}, tables) for b in (*rec.base, *rec.step)])
+def all_sql(rec: Recursion, tables: Mapping[str, str], target: str | None = None) -> str | None:
+    """Every tuple one application of the branches derives from ``tables`` (R as r).
+
+    With ``target``, the derivations of its tuples only (see :func:`fill`).
+    """
+    return union_sql(rec, [fill(b, {}, tables, target) for b in (*rec.base, *rec.step)])
 
 
 def union_sql(rec: Recursion, parts: list[str]) -> str | None:
-    """The distinct rows of ``parts`` (None: no part)."""
+    """The distinct tuples of ``parts``, each with its lowest rank (None: no part)."""
     if not parts:
         return None
     cols = ", ".join(q(c.name) for c in rec.columns)
-    body = "\nUNION ALL\n".join(f"SELECT {cols} FROM ({p}) AS _p" for p in parts)
-    return f"SELECT DISTINCT * FROM (\n{body}\n) AS _u"
+    body = "\nUNION ALL\n".join(f"SELECT {cols}, {RANK} FROM ({p}) AS _p" for p in parts)
+    return (f"SELECT {cols}, CAST(MIN({RANK}) AS BIGINT) AS {RANK} FROM (\n{body}\n) AS _u "
+            f"GROUP BY {cols}")
+
+
+def named_sql(columns: tuple[Column, ...], table: str, rows: str) -> str:
+    """The rows of ``table`` (R or part of it: its ranks kept) that query ``rows`` names."""
+    return f"SELECT x.* FROM {table} AS x LEFT SEMI JOIN ({rows}) AS w ON {_match(columns, 'x', 'w')}"
+
+
+def alive_sql(columns: tuple[Column, ...], table: str, dead: str | None,
+              below: int | None = None) -> str:
+    """The tuples of ``table`` (R: distinct already) not in ``dead``, of rank under ``below``."""
+    sql = f"SELECT x.* FROM {table} AS x"
+    if dead is not None:
+        sql += f" LEFT ANTI JOIN {dead} AS w ON {_match(columns, 'x', 'w')}"
+    return sql + (f" WHERE x.{RANK} < {int(below)}" if below is not None else "")
+
+
+def ranked_sql(table: str, op: str, rank: int) -> str:
+    """The tuples of ``table`` whose rank is ``op`` (``<``, ``>``) ``rank``."""
+    return f"SELECT * FROM {table} WHERE {RANK} {op} {int(rank)}"
 
 
 def _match(columns: tuple[Column, ...], a: str, b: str) -> str:
@@ -320,9 +372,14 @@ def _types(select: exp.Select, program: Program, dialect: str, refuse: Refuse) -
 
 def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, name: str,
              refuse: Refuse) -> tuple[Branch, tuple[str, ...]]:
-    """A branch as Spark SQL over slots, each column cast to r's type and named like it."""
+    """A branch as Spark SQL over slots, each column cast to r's type and named like it.
+
+    Then the derivation's rank: 0 for a base branch, r's rank + 1 for a step.
+    """
     tree = select.copy()
     reads: list[str] = []
+    aliases: dict[str, int] = {}
+    recursive_alias = None
     for t in list(tree.find_all(exp.Table)):
         if t.name.lower() != name.lower() and program.table(t.name) is None:
             raise refuse(f"a branch reads {t.name}, which is neither a declared table nor {name}")
@@ -330,14 +387,48 @@ def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, 
         reads.append(decl.name if decl is not None else name)
         if not t.alias:
             t.set("alias", exp.TableAlias(this=exp.to_identifier(t.name)))
+        aliases[t.alias.lower()] = len(reads) - 1
+        if decl is None:
+            recursive_alias = t.alias
         t.set("this", exp.to_identifier(_SLOT.format(len(reads) - 1)))
         t.set("db", None)
         t.set("catalog", None)
+    copies = []
+    for e, c in zip(tree.expressions, columns):
+        col = e.unalias()
+        if not isinstance(col, exp.Column) or not isinstance(col.this, exp.Identifier):
+            continue
+        slot = aliases.get(col.table.lower()) if col.table else \
+            (0 if len(reads) == 1 else None)
+        if slot is None:
+            continue
+        decl = program.table(reads[slot])
+        held = decl.columns if decl is not None else columns
+        typed = next((h for h in held if h.name.lower() == col.name.lower()), None)
+        if typed is not None and typed.type == c.type:  # a copy only if no cast changes it
+            copies.append((slot, typed.name, c.name))
+    rank: exp.Expr = exp.Literal.number(0) if recursive_alias is None else exp.Add(
+        this=exp.column(RANK, table=recursive_alias), expression=exp.Literal.number(1))
     tree.set("expressions", [
-        exp.alias_(exp.cast(e.unalias(), str(c.type), dialect="duckdb"), c.name)
-        for e, c in zip(tree.expressions, columns)])
+        *(exp.alias_(exp.cast(e.unalias(), str(c.type), dialect="duckdb"), c.name)
+          for e, c in zip(tree.expressions, columns)),
+        exp.alias_(exp.cast(rank, "BIGINT"), RANK)])
+    targeted = None
+    unqualified = [col for col in tree.find_all(exp.Column) if not col.table]
+    if len(reads) == 1:  # the target's columns must not make a bare column ambiguous
+        for bare in unqualified:
+            bare.set("table", exp.to_identifier(next(iter(aliases))))
+        unqualified = []
+    if copies and not unqualified:
+        alias_of = {i: a for a, i in aliases.items()}
+        on = exp.and_(*(exp.NullSafeEQ(this=exp.column(c, table=alias_of[i]),
+                                       expression=exp.column(o, table="_k"))
+                        for i, c, o in copies))
+        targeted = tree.copy().join(exp.to_table(_TARGET).as_("_k"), on=on)
     try:
         sql = render_expression(tree, SPARK)
+        targeted_sql = render_expression(targeted, SPARK) if targeted is not None else None
     except Exception as e:
         raise refuse(f"cannot write {select.sql()[:80]} for Spark: {e}") from e
-    return Branch(sql=sql, reads=tuple(reads)), tuple(reads)
+    return Branch(sql=sql, reads=tuple(reads), copies=tuple(copies),
+                  targeted=targeted_sql), tuple(reads)

@@ -91,6 +91,11 @@ class Engine(abc.ABC):
         at once, cast to ``schema``.
         """
 
+    def hold(self, name: str, sql: str) -> str:
+        """Computes ``sql`` once and keeps its rows as ``name`` where this engine reads them
+        fastest, for a large table read by many queries (Spark: a cached view)."""
+        return self.view(name, sql, cache=True)
+
     @abc.abstractmethod
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         """The rows of ``sql`` on the driver; ``schema`` is the table they are written to.

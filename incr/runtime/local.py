@@ -238,6 +238,7 @@ class DriverEngine(Engine):
         self.store = store
         self._tables: list[str] = []
         self._views: list[str] = []
+        self._held: list[str] = []  # DuckDB tables (:meth:`hold`)
 
     def table(self, name: str, data: pa.Table) -> str:
         self.sql._con.register(name, data)
@@ -279,22 +280,33 @@ class DriverEngine(Engine):
         """Defines ``name`` as the query.  A query that hashes a bucket is computed at once
         and registered as rows of ``schema`` (the bucket needs the Spark types of a result);
         without ``schema`` it is left to Spark."""
-        import duckdb
-
         query = as_query(sql)
         if query.bucket is not None:
             if schema is None:
                 raise NotLocal(f"{name}: it hashes a bucket outside a collected result")
             return self.table(name, self.collect(query, schema))
-        prepared = _prepare(query.sql, None)
+        self._define("VIEW", name, query.sql)
+        self._views.append(name)
+        return name
+
+    def hold(self, name: str, sql: str) -> str:
+        """A DuckDB table of the query's rows: DuckDB knows its size and keeps statistics,
+        so it plans joins with it well (a registered Arrow table is a scan of unknown size)."""
+        self._define("TABLE", name, sql)
+        self._held.append(name)
+        return name
+
+    def _define(self, kind: str, name: str, sql: str) -> None:
+        """``CREATE TEMP {kind} name AS`` the query (Spark SQL, written for DuckDB)."""
+        import duckdb
+
+        prepared = _prepare(sql, None)
         if isinstance(prepared, str):
             raise NotLocal(f"{name}: {prepared}")
         try:
-            self.sql._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {prepared.sql}')
+            self.sql._con.execute(f'CREATE OR REPLACE TEMP {kind} "{name}" AS {prepared.sql}')
         except duckdb.Error as e:
             raise NotLocal(f"{name}: DuckDB refused it ({str(e).splitlines()[0][:120]})") from e
-        self._views.append(name)
-        return name
 
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         if schema is None:
@@ -306,4 +318,6 @@ class DriverEngine(Engine):
             self.sql._con.execute(f'DROP VIEW IF EXISTS "{name}"')
         for name in self._tables:
             self.sql._con.unregister(name)
-        self._tables, self._views = [], []
+        for name in self._held:
+            self.sql._con.execute(f'DROP TABLE IF EXISTS "{name}"')
+        self._tables, self._views, self._held = [], [], []

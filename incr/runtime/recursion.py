@@ -1,11 +1,12 @@
 """A recursive view: its fixpoint R kept by semi-naive insertion and DRed, its query folded.
 
 The view's recursive CTE ``r`` is kept as the set R in Delta (``_fixpoint``, beside the
-state of the query after the CTE), with a mirror of each source the CTE reads (``_mirror_<t>``:
-each distinct row and how many copies of it are present).  A batch of such a source is
-applied like this (the SQL comes from :mod:`incr.compiler.recursion`)::
+state of the query after the CTE; each tuple with its rank), with a mirror of each source the
+CTE reads (``_mirror_<t>``: each distinct row and how many copies of it are present).  A batch
+of such a source is applied like this (the SQL comes from :mod:`incr.compiler.recursion`,
+whose module doc gives the method)::
 
-    ΔR ← semi-naive (insert) or delete-and-rederive (delete) from the batch's changed rows
+    ΔR ← semi-naive (insert) or DRed with rank support (delete) from the batch's changed rows
     the query's state ← ⊗ h(ΔS)         when the query also reads the source itself
     the query's state ← ⊗ h(ΔR)         ΔR as a signed batch of the pseudo-source r
     publish a(state)
@@ -38,11 +39,15 @@ from incr.compiler.plan import WEIGHT, IncrementalPlan
 from incr.compiler.program import Column
 from incr.compiler.recursion import (
     MAX_ROUNDS,
+    RANK,
+    alive_sql,
     all_sql,
     changed_sql,
     minus_sql,
     mirror_sql,
+    named_sql,
     present_sql,
+    ranked_sql,
     round_sql,
     signed_sql,
     union_all_sql,
@@ -74,10 +79,15 @@ class RecursiveRuntime(WrappedRuntime):
         assert plan.recursion is not None
         self.rec = plan.recursion
         self.outer = self.inner
-        self.log: list[dict] = []  # per batch: rounds, tuples derived, |ΔR| (benchmarks, tests)
-        self._r_schema = nullable(arrow_schema(self.rec.columns))
-        self._dr_schema = signed(self._r_schema)
-        self._rows: dict[str, int] = {}  # rows of each table an evaluation kept
+        self.log: list[dict] = []  # per batch: rounds, derived, over-deleted, |ΔR| (benchmarks)
+        #: Whether a delete keeps the tuples with a proof from a lower rank left (plain DRed
+        #: when off: the benchmark's "without" figures).
+        self.rank_support = True
+        tuples = nullable(arrow_schema(self.rec.columns))
+        self._r_schema = tuples.append(pa.field(RANK, pa.int64()))  # R: tuples and ranks
+        self._change_schema = signed(self._r_schema)  # R's change: -1 leaves, +1 enters
+        self._dr_schema = signed(tuples)  # ΔR as the query reads it
+        self._kept: dict[str, pa.Table] = {}  # each table an evaluation kept
 
     @property
     def fixpoint_path(self) -> Path:
@@ -101,7 +111,7 @@ class RecursiveRuntime(WrappedRuntime):
         sign = -1 if kind == DELETE else 1
         answer_at = self.outer.answer.through()
         in_step = answer_at >= 0 and answer_at == self.state_through() < batch
-        trace = {"batch": batch, "rounds": 0, "derived": 0, "dr_rows": 0}
+        trace = {"batch": batch, "rounds": 0, "derived": 0, "over": 0, "dr_rows": 0}
         folds: list[pa.Table | None] = []
         try:
             dr = None
@@ -141,21 +151,22 @@ class RecursiveRuntime(WrappedRuntime):
         rows = rows.select([c.name for c in decl.columns])
         mirror = None  # the source's mirror after the batch, once the evaluation computed it
         if self._through(self.dr_path) == number:
-            dr = self.store.read(self.dr_path).cast(self._dr_schema)
+            change = self.store.read(self.dr_path).cast(self._change_schema)
         else:
             def work(name: str) -> tuple[pa.Table, pa.Table]:
                 engine = self.engines.engine(name, self.store)
                 try:
-                    self._rows = {}
+                    self._kept = {}
                     return self._evaluate(engine, source, sign, rows, trace)
                 finally:
                     engine.close()
+                    self._kept = {}
 
-            dr, mirror = self.engines.run("recursion", f"ΔR of view {self.plan.view}", work,
-                                  rows=rows.num_rows)
-            self.store.write(self.dr_path, dr, mode="overwrite", batch=number,
-                             description=f"incr ΔR of view {self.plan.view} for the batch "
-                                         f"being applied")
+            change, mirror = self.engines.run("recursion", f"ΔR of view {self.plan.view}",
+                                              work, rows=rows.num_rows)
+            self.store.write(self.dr_path, change, mode="overwrite", batch=number,
+                             description=f"incr change of R of view {self.plan.view} for "
+                                         f"the batch being applied")
         faults.crash_point("recursion.after_dr", number // NUMBERS)
         if self._through(self.mirror_path(source)) < number:
             if mirror is None:  # resumed with ΔR read back
@@ -164,18 +175,23 @@ class RecursiveRuntime(WrappedRuntime):
                              description=f"incr mirror of {source} for view {self.plan.view}: "
                                          f"each row and its copies")
         if self._through(self.fixpoint_path) < number:
-            self._move_fixpoint(dr, number)
+            self._move_fixpoint(change, number)
         faults.crash_point("recursion.after_fixpoint", number // NUMBERS)
+        dr = _net(change, self._dr_schema)
         trace["dr_rows"] = dr.num_rows
         return dr
 
     def _evaluate(self, engine: Engine, source: str, sign: int, rows: pa.Table,
                   trace: dict) -> tuple[pa.Table, pa.Table]:
-        """ΔR on ``engine``: semi-naive for an insert, DRed for a delete (module doc); and
-        the source's mirror after the batch, which it computes on the way."""
+        """R's change on ``engine`` (tuples with ranks, -1 leaving and +1 entering):
+        semi-naive for an insert, DRed with rank support for a delete (see
+        :mod:`incr.compiler.recursion`); and the source's mirror after the batch, which it
+        computes on the way."""
         rec, cols = self.rec, self.rec.columns
         p = f"incr_{self.plan.view}_rec_"
-        r = self._register(engine, p + "r", self.fixpoint_path, self._r_schema)
+        # R is read by every round's queries: held where the engine reads it fastest.
+        r = engine.hold(p + "r", f"SELECT * FROM "
+                        f"{self._register(engine, p + 'read', self.fixpoint_path, self._r_schema)}")
         before: dict[str, str] = {}  # each source's distinct rows before the batch
         for t in rec.sources:
             decl = self._decl(t)
@@ -199,8 +215,8 @@ class RecursiveRuntime(WrappedRuntime):
                              minus_sql(decl.columns, f"SELECT * FROM {first}", second), schema)
         after = {**before, source.lower(): new}
         branches = (*rec.base, *rec.step)
-        if not self._rows[changed]:
-            return self._dr_schema.empty_table(), mirror
+        if not self._kept[changed].num_rows:
+            return self._change_schema.empty_table(), mirror
 
         def rounds(first: str | None, tables: dict[str, str], within: str | None,
                    without: tuple[str, ...], tag: str) -> list[str]:
@@ -215,15 +231,13 @@ class RecursiveRuntime(WrappedRuntime):
                     sql = within_sql(cols, sql, within)
                 name = self._keep(engine, f"{p}{tag}{k}", minus_sql(cols, sql, *without, *found),
                                   self._r_schema)
-                trace["derived"] += self._rows[name]
-                if not self._rows[name]:
+                trace["derived"] += self._kept[name].num_rows
+                if not self._kept[name].num_rows:
                     return found
                 found.append(name)
                 trace["rounds"] += 1
                 sql = round_sql(rec, name, tables)
-            raise InputError(f"view {self.plan.view}: the recursion of {rec.name} did not reach a "
-                             f"fixpoint in {MAX_ROUNDS} rounds; bound it (e.g. WHERE hops < 20 in "
-                             f"its step)", Location(self.plan.program))
+            raise self._unbounded()
 
         if sign > 0:
             tables = {**after, rec.name.lower(): r}
@@ -231,33 +245,88 @@ class RecursiveRuntime(WrappedRuntime):
                            (r,), "i")
             return self._signed(engine, added, +1), mirror
         tables = {**before, rec.name.lower(): r}
-        over = rounds(changed_sql(rec, branches, source, changed, tables), tables, r, (), "o")
+        over = self._over(engine, changed_sql(rec, branches, source, changed, tables),
+                          tables, after, r, trace)
         if not over:
-            return self._dr_schema.empty_table(), mirror
-        gone = self._keep(engine, p + "over", union_all_sql(over), self._r_schema)
-        rest = engine.view(p + "rest", minus_sql(cols, f"SELECT * FROM {r}", gone))
+            return self._change_schema.empty_table(), mirror
+        gone = over[-1]  # every tuple found dead
+        trace["over"] = self._kept[gone].num_rows
+        rest = engine.view(p + "rest", alive_sql(cols, r, gone))
         tables = {**after, rec.name.lower(): rest}
-        back = rounds(all_sql(rec, tables), tables, gone, (), "d")
-        lost = self._keep(engine, p + "lost", minus_sql(cols, f"SELECT * FROM {gone}", *back),
-                          self._r_schema)
-        return self._signed(engine, [lost], -1), mirror
+        back = rounds(all_sql(rec, tables, target=gone), tables, gone, (), "d")
+        change = pa.concat_tables([self._signed(engine, [gone], -1),
+                                   self._signed(engine, back, +1)])
+        return change, mirror
+
+    def _over(self, engine: Engine, first: str | None, before: dict[str, str],
+              after: dict[str, str], r: str, trace: dict) -> list[str]:
+        """The over-deletion O of a delete, rank by rank: the tuples of R derived from the
+        deleted rows or from tuples found dead, less those with a proof left from a live
+        tuple of lower rank (or a base branch) over the sources after the batch.
+
+        Returns the tables of the tuples found dead so far, one per rank examined that
+        found some, the last holding them all."""
+        rec, cols = self.rec, self.rec.columns
+        p = f"incr_{self.plan.view}_rec_"
+        dead: list[str] = []
+        if first is None:
+            return dead
+        pending = self._kept[self._keep(engine, p + "pend0", named_sql(cols, r, first),
+                                        self._r_schema)]
+        for k in range(MAX_ROUNDS):
+            if not pending.num_rows:
+                return dead
+            rank = pc.min(pending.column(RANK)).as_py()
+            level = f"{p}lev{k}"
+            self._kept[level] = pending.filter(pc.equal(pending.column(RANK), rank))
+            engine.table(level, self._kept[level])
+            later = [pending.filter(pc.greater(pending.column(RANK), rank))]
+            trace["derived"] += pending.num_rows - later[0].num_rows
+            trace["rounds"] += 1
+            died = level
+            if self.rank_support:
+                below = alive_sql(cols, r, dead[-1] if dead else None, below=rank)
+                tables = {**after, rec.name.lower(): engine.view(f"{p}below{k}", below)}
+                proof = all_sql(rec, tables, target=level)
+                assert proof is not None
+                died = self._keep(engine, f"{p}dead{k}", minus_sql(
+                    cols, f"SELECT * FROM {level}", f"({within_sql(cols, proof, level)})"),
+                    self._r_schema)
+            if self._kept[died].num_rows:
+                step = round_sql(rec, died, before)
+                if step is not None:
+                    later.append(self._kept[self._keep(engine, f"{p}next{k}", named_sql(
+                        cols, f"({ranked_sql(r, '>', rank)})", step), self._r_schema)])
+                so_far = f"{p}gone{k}"
+                self._kept[so_far] = pa.concat_tables(
+                    [*(self._kept[d] for d in dead[-1:]), self._kept[died]])
+                dead.append(engine.table(so_far, self._kept[so_far]))
+            both = pa.concat_tables(later)
+            pending = both.group_by(both.column_names, use_threads=False).aggregate([])
+        raise self._unbounded()
+
+    def _unbounded(self) -> InputError:
+        return InputError(f"view {self.plan.view}: the recursion of {self.rec.name} did not "
+                          f"reach a fixpoint in {MAX_ROUNDS} rounds; bound it (e.g. WHERE hops "
+                          f"< 20 in its step)", Location(self.plan.program))
 
     def _decl(self, source: str):
         return next(t for t in self.plan.source_tables if t.name.lower() == source.lower())
 
     def _signed(self, engine: Engine, names: list[str], sign: int) -> pa.Table:
-        """The rows of tables ``names`` as a change of R, each ``sign``."""
+        """The rows of tables ``names`` (tuples with ranks) as a change of R, each ``sign``."""
+        schema = self._change_schema
         if not names:
-            return self._dr_schema.empty_table()
-        dr = engine.collect(signed_sql(f"({union_all_sql(names)}) AS _r", sign), self._dr_schema)
-        return dr.select(self._dr_schema.names).cast(self._dr_schema)
+            return schema.empty_table()
+        change = engine.collect(signed_sql(f"({union_all_sql(names)}) AS _r", sign), schema)
+        return change.select(schema.names).cast(schema)
 
     def _keep(self, engine: Engine, name: str, sql: str, schema: pa.Schema) -> str:
-        """Computes ``sql`` once, registers its rows (of ``schema``) as ``name`` (counted in
-        ``_rows``)."""
+        """Computes ``sql`` once, registers its rows (of ``schema``) as ``name`` (kept in
+        ``_kept``)."""
         table = engine.collect(sql, schema).select(schema.names).cast(schema)
         engine.table(name, table)
-        self._rows[name] = table.num_rows
+        self._kept[name] = table
         return name
 
     def _register(self, engine: Engine, name: str, path: Path, schema: pa.Schema) -> str:
@@ -282,10 +351,11 @@ class RecursiveRuntime(WrappedRuntime):
                                  work, rows=rows.num_rows)
         return table.select(schema.names).cast(schema)
 
-    def _move_fixpoint(self, dr: pa.Table, number: int) -> None:
-        """R ⊕ ΔR: an insert's tuples are appended, a delete's removed."""
-        added = dr.filter(pc.greater(dr.column(WEIGHT), 0)).select(self._r_schema.names)
-        removed = dr.filter(pc.less(dr.column(WEIGHT), 0)).select(self._r_schema.names)
+    def _move_fixpoint(self, change: pa.Table, number: int) -> None:
+        """R moved by its change: the tuples leaving removed, those entering appended (a
+        rederived tuple does both: it enters with its new rank)."""
+        added = change.filter(pc.greater(change.column(WEIGHT), 0)).select(self._r_schema.names)
+        removed = change.filter(pc.less(change.column(WEIGHT), 0)).select(self._r_schema.names)
         what = f"incr fixpoint of view {self.plan.view}'s recursive {self.rec.name}"
         if removed.num_rows == 0 and self.store.exists(self.fixpoint_path):
             self.store.write(self.fixpoint_path, added.cast(self._r_schema), mode="append",
@@ -303,11 +373,20 @@ class RecursiveRuntime(WrappedRuntime):
                 engine.close()
 
         rows = self.engines.run("recursion", f"R of view {self.plan.view}", work,
-                                rows=dr.num_rows)
+                                rows=change.num_rows)
         data = pa.concat_tables([rows.select(self._r_schema.names).cast(self._r_schema),
                                  added.cast(self._r_schema)])
         self.store.write(self.fixpoint_path, data, mode="overwrite", batch=number,
                          description=what)
+
+
+def _net(change: pa.Table, schema: pa.Schema) -> pa.Table:
+    """ΔR from R's change: each tuple's signs summed (a rederived tuple's cancel)."""
+    keys = [n for n in schema.names if n != WEIGHT]
+    summed = change.group_by(keys, use_threads=False).aggregate([(WEIGHT, "sum")])
+    weight = summed.column(f"{WEIGHT}_sum")
+    net = pa.table([*(summed.column(k) for k in keys), weight], names=[*keys, WEIGHT])
+    return net.filter(pc.not_equal(weight, 0)).cast(schema)
 
 
 def _source_schema(columns: tuple[Column, ...]) -> pa.Schema:

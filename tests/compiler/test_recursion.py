@@ -71,5 +71,26 @@ def test_what_dred_cannot_keep_exact_is_refused_with_the_reason(cte, query, says
 def test_explain_names_the_method_and_shows_a_round():
     text = explain_program(compile_text(_view(f"SELECT src, dst FROM links UNION {STEP}")))
     assert "recursive r(src BIGINT, dst BIGINT)" in text
-    assert "semi-naive" in text and "delete and rederive (DRed)" in text
+    assert "semi-naive" in text and "delete and rederive (DRed) with rank support" in text
     assert "FROM Δr AS r JOIN links AS l" in text
+
+
+def test_a_branch_carries_its_rank_and_can_derive_given_tuples_only():
+    """The step's rank is r's + 1, the base's 0; targeted at a table of tuples, each branch
+    joins it on the columns it copies (r.src to src, l.dst to dst; a bare column of a
+    one-table branch is qualified first, so the target's columns cannot make it ambiguous)."""
+    from incr.compiler.recursion import fill
+
+    rec = compile_text(_view(f"SELECT src, dst FROM links UNION {STEP}")).plan("v").recursion
+    base, step = rec.base[0], rec.step[0]
+    assert "CAST(0 AS BIGINT) AS _rank" in base.sql and "CAST(r._rank + 1 AS BIGINT)" in step.sql
+    assert step.copies == ((0, "src", "src"), (1, "dst", "dst"))
+    tables = {"links": "L", "r": "R"}
+    assert fill(step, {}, tables, target="T").endswith(
+        "JOIN T AS _k ON r.src IS NOT DISTINCT FROM _k.src AND l.dst IS NOT DISTINCT FROM _k.dst")
+    assert "FROM L AS links JOIN T AS _k ON links.src IS NOT DISTINCT FROM _k.src" in \
+        fill(base, {}, tables, target="T")
+    assert fill(step, {}, tables) == fill(step, {}, tables, target=None)
+    bare = compile_text(_view(f"SELECT src, dst FROM links UNION {STEP} WHERE cost > 0")
+                        ).plan("v").recursion.step[0]
+    assert bare.targeted is None  # a bare column among two tables: derived in full instead

@@ -117,6 +117,56 @@ def test_deleting_one_of_two_derivations_keeps_the_tuple_and_a_cut_cycle_empties
     assert log["dr_rows"] == 4  # (0, 1), (3, 3), (4, 3), (4, 4) went
 
 
+def _reach_pipeline(tmp_path: Path, rank_support: bool) -> tuple:
+    text = GRAPH + f"CREATE VIEW reach AS {REACH} SELECT src, dst FROM r;"
+    compiled = compile_text(text, path="reach.sql", name="reach")
+    landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=None, local_rows=200_000)
+    pipeline.views["reach"].rank_support = rank_support
+    return compiled, landing, warehouse, pipeline
+
+
+def _reached(warehouse: Path, compiled) -> list[tuple]:
+    answer, _ = read_answer(warehouse, compiled.plans[0])
+    return sorted(tuple(r.values()) for r in answer.to_pylist())
+
+
+@pytest.mark.parametrize("rank_support", [True, False])
+def test_a_tuple_with_an_equally_short_proof_left_is_not_over_deleted(tmp_path, rank_support):
+    """A diamond 0→1→3, 0→2→3 with a tail 3→4→5: deleting 1→3 loses (1, 3), (1, 4), (1, 5).
+    With rank support (0, 3) keeps its proof through 2 and (0, 4), (0, 5) are never
+    over-deleted; plain DRed over-deletes all six, then rederives three."""
+    compiled, landing, warehouse, pipeline = _reach_pipeline(tmp_path, rank_support)
+    _land(landing, "links", 0, [(0, 1), (1, 3), (0, 2), (2, 3), (3, 4), (4, 5)], False)
+    pipeline.run()
+    _land(landing, "links", 1, [(1, 3)], True)
+    assert pipeline.run().rejected is None
+    assert _reached(warehouse, compiled) == [(0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (2, 3),
+                                             (2, 4), (2, 5), (3, 4), (3, 5), (4, 5)]
+    log = pipeline.views["reach"].log[-1]
+    assert log["dr_rows"] == 3
+    assert log["over"] == (3 if rank_support else 6)
+
+
+def test_a_tuple_whose_shortest_proof_went_is_rederived_with_a_new_rank(tmp_path):
+    """0→1→2 and the longer 0→3→4→2: deleting 1→2 over-deletes (0, 2) (its proof of rank 0
+    went) and rederives it through 4 with rank 2; deleting 3→4 then removes it, which the
+    examination finds only because (0, 2) now ranks above (0, 4) (with its old rank 1 it
+    would not be examined when (0, 4), also of rank 1, dies)."""
+    compiled, landing, warehouse, pipeline = _reach_pipeline(tmp_path, True)
+    _land(landing, "links", 0, [(0, 1), (1, 2), (0, 3), (3, 4), (4, 2)], False)
+    pipeline.run()
+    _land(landing, "links", 1, [(1, 2)], True)
+    assert pipeline.run().rejected is None
+    log = pipeline.views["reach"].log[-1]
+    assert (log["over"], log["dr_rows"]) == (2, 1)  # (1, 2) and (0, 2) over-deleted; (1, 2) went
+    fixpoint = pipeline.store.read(pipeline.views["reach"].fixpoint_path).to_pylist()
+    assert {(t["src"], t["dst"]): t["_rank"] for t in fixpoint}[(0, 2)] == 2
+    _land(landing, "links", 2, [(3, 4)], True)
+    assert pipeline.run().rejected is None
+    assert _reached(warehouse, compiled) == [(0, 1), (0, 3), (4, 2)]
+
+
 class _Crash(Exception):
     pass
 
