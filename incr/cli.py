@@ -242,9 +242,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="pagerank: node ids of the initial graph (default 5000); "
                          "reachability, shortest-path: nodes of the transit-stub topology, "
                          "in domains of 100 (default 100)")
-    sp.add_argument("--plain-dred", action="store_true",
-                    help="reachability, shortest-path: over-delete every tuple derived through "
-                         "a deleted link (no rank support), for the figures without it")
+    sp.add_argument("--no-rank-support", action="store_true",
+                    help="reachability, shortest-path: a delete over-deletes every tuple it "
+                         "examines (no check for a proof left from a lower rank), for the "
+                         "figures without the check")
     sp.add_argument("--new-nodes", type=int, default=None,
                     help="pagerank: new nodes per increment (default 100)")
     sp.add_argument("--iterations", type=int, default=None,
@@ -568,7 +569,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if is_recursive_bench(args.name):
         return recursive_bench(args.name, Path(args.out), args.nodes,
                                args.increment or (args.sizes[0] if args.sizes else None),
-                               args.increments, plain_dred=args.plain_dred)
+                               args.increments, no_rank_support=args.no_rank_support)
     if is_iterative(args.name):
         return run_iterative(args.name, Path(args.out), args.initial_rows,
                              args.sizes or ((args.increment,) if args.increment else None),

@@ -80,8 +80,8 @@ class RecursiveRuntime(WrappedRuntime):
         self.rec = plan.recursion
         self.outer = self.inner
         self.log: list[dict] = []  # per batch: rounds, derived, over-deleted, |ΔR| (benchmarks)
-        #: Whether a delete keeps the tuples with a proof from a lower rank left (plain DRed
-        #: when off: the benchmark's "without" figures).
+        #: Whether a delete keeps the tuples with a proof left from a lower rank; off, every
+        #: tuple examined is over-deleted (the benchmark's figures without the check).
         self.rank_support = True
         tuples = nullable(arrow_schema(self.rec.columns))
         self._r_schema = tuples.append(pa.field(RANK, pa.int64()))  # R: tuples and ranks

@@ -135,7 +135,7 @@ def _reached(warehouse: Path, compiled) -> list[tuple]:
 def test_a_tuple_with_an_equally_short_proof_left_is_not_over_deleted(tmp_path, rank_support):
     """A diamond 0→1→3, 0→2→3 with a tail 3→4→5: deleting 1→3 loses (1, 3), (1, 4), (1, 5).
     With rank support (0, 3) keeps its proof through 2 and (0, 4), (0, 5) are never
-    over-deleted; plain DRed over-deletes all six, then rederives three."""
+    over-deleted; no rank support over-deletes all six, then rederives three."""
     compiled, landing, warehouse, pipeline = _reach_pipeline(tmp_path, rank_support)
     _land(landing, "links", 0, [(0, 1), (1, 3), (0, 2), (2, 3), (3, 4), (4, 5)], False)
     pipeline.run()
