@@ -422,9 +422,9 @@ def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, 
     if copies and not unqualified:
         alias_of = {i: a for a, i in aliases.items()}
         on = exp.and_(*(exp.NullSafeEQ(this=exp.column(c, table=alias_of[i]),
-                                       expression=exp.column(o, table="_k"))
+                                       expression=exp.column(o, table="incr_k"))
                         for i, c, o in copies))
-        targeted = tree.copy().join(exp.to_table(_TARGET).as_("_k"), on=on)
+        targeted = tree.copy().join(exp.to_table(_TARGET).as_("incr_k"), on=on)
     try:
         sql = render_expression(tree, SPARK)
         targeted_sql = render_expression(targeted, SPARK) if targeted is not None else None

@@ -87,8 +87,8 @@ def test_a_branch_carries_its_rank_and_can_derive_given_tuples_only():
     assert step.copies == ((0, "src", "src"), (1, "dst", "dst"))
     tables = {"links": "L", "r": "R"}
     assert fill(step, {}, tables, target="T").endswith(
-        "JOIN T AS _k ON r.src IS NOT DISTINCT FROM _k.src AND l.dst IS NOT DISTINCT FROM _k.dst")
-    assert "FROM L AS links JOIN T AS _k ON links.src IS NOT DISTINCT FROM _k.src" in \
+        "JOIN T AS incr_k ON r.src IS NOT DISTINCT FROM incr_k.src AND l.dst IS NOT DISTINCT FROM incr_k.dst")
+    assert "FROM L AS links JOIN T AS incr_k ON links.src IS NOT DISTINCT FROM incr_k.src" in \
         fill(base, {}, tables, target="T")
     assert fill(step, {}, tables) == fill(step, {}, tables, target=None)
     bare = compile_text(_view(f"SELECT src, dst FROM links UNION {STEP} WHERE cost > 0")
