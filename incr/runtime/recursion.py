@@ -245,11 +245,10 @@ class RecursiveRuntime(WrappedRuntime):
                            (r,), "i")
             return self._signed(engine, added, +1), mirror
         tables = {**before, rec.name.lower(): r}
-        over = self._over(engine, changed_sql(rec, branches, source, changed, tables),
+        gone = self._over(engine, changed_sql(rec, branches, source, changed, tables),
                           tables, after, r, trace)
-        if not over:
+        if gone is None:
             return self._change_schema.empty_table(), mirror
-        gone = over[-1]  # every tuple found dead
         trace["over"] = self._kept[gone].num_rows
         rest = engine.view(p + "rest", alive_sql(cols, r, gone))
         tables = {**after, rec.name.lower(): rest}
@@ -259,16 +258,15 @@ class RecursiveRuntime(WrappedRuntime):
         return change, mirror
 
     def _over(self, engine: Engine, first: str | None, before: dict[str, str],
-              after: dict[str, str], r: str, trace: dict) -> list[str]:
+              after: dict[str, str], r: str, trace: dict) -> str | None:
         """The over-deletion O of a delete, rank by rank: the tuples of R derived from the
         deleted rows or from tuples found dead, less those with a proof left from a live
         tuple of lower rank (or a base branch) over the sources after the batch.
 
-        Returns the tables of the tuples found dead so far, one per rank examined that
-        found some, the last holding them all."""
+        Returns the table of every tuple found dead (None: none)."""
         rec, cols = self.rec, self.rec.columns
         p = f"incr_{self.plan.view}_rec_"
-        dead: list[str] = []
+        dead: str | None = None  # every tuple found dead so far
         if first is None:
             return dead
         pending = self._kept[self._keep(engine, p + "pend0", named_sql(cols, r, first),
@@ -285,7 +283,7 @@ class RecursiveRuntime(WrappedRuntime):
             trace["rounds"] += 1
             died = level
             if self.rank_support:
-                below = alive_sql(cols, r, dead[-1] if dead else None, below=rank)
+                below = alive_sql(cols, r, dead, below=rank)
                 tables = {**after, rec.name.lower(): engine.view(f"{p}below{k}", below)}
                 proof = all_sql(rec, tables, target=level)
                 assert proof is not None
@@ -298,9 +296,9 @@ class RecursiveRuntime(WrappedRuntime):
                     later.append(self._kept[self._keep(engine, f"{p}next{k}", named_sql(
                         cols, f"({ranked_sql(r, '>', rank)})", step), self._r_schema)])
                 so_far = f"{p}gone{k}"
-                self._kept[so_far] = pa.concat_tables(
-                    [*(self._kept[d] for d in dead[-1:]), self._kept[died]])
-                dead.append(engine.table(so_far, self._kept[so_far]))
+                self._kept[so_far] = self._kept[died] if dead is None else \
+                    pa.concat_tables([self._kept[dead], self._kept[died]])
+                dead = engine.table(so_far, self._kept[so_far])
             both = pa.concat_tables(later)
             pending = both.group_by(both.column_names, use_threads=False).aggregate([])
         raise self._unbounded()
