@@ -246,6 +246,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="reachability, shortest-path: a delete over-deletes every tuple it "
                          "examines (no check for a proof left from a lower rank), for the "
                          "figures without the check")
+    sp.add_argument("--no-aggregate-selection", action="store_true",
+                    help="shortest-path: R keeps every tuple derived, not only those no other "
+                         "tuple beats on MIN(cost) and MIN(hops), for the figures without "
+                         "aggregate selection")
     sp.add_argument("--new-nodes", type=int, default=None,
                     help="pagerank: new nodes per increment (default 100)")
     sp.add_argument("--iterations", type=int, default=None,
@@ -569,7 +573,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if is_recursive_bench(args.name):
         return recursive_bench(args.name, Path(args.out), args.nodes,
                                args.increment or (args.sizes[0] if args.sizes else None),
-                               args.increments, no_rank_support=args.no_rank_support)
+                               args.increments, no_rank_support=args.no_rank_support,
+                               no_selection=args.no_aggregate_selection)
     if is_iterative(args.name):
         return run_iterative(args.name, Path(args.out), args.initial_rows,
                              args.sizes or ((args.increment,) if args.increment else None),

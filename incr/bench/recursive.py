@@ -107,14 +107,17 @@ class Row:
     dr_rows: int
     fixpoint: int
     equal: bool
+    pruned: int = 0  # tuples derived that a better one beat (aggregate selection)
 
 
 def run_recursive(name: str, out: Path, domains: int, size: int, increments: int,
-                  command: str, no_rank_support: bool = False) -> int:
+                  command: str, no_rank_support: bool = False,
+                  no_selection: bool = False) -> int:
     """Runs the benchmark and writes its outputs; returns an exit code (1 on a mismatch).
 
     ``no_rank_support``: a delete over-deletes every tuple it examines (no check for a proof
-    left from a lower rank), for the figures without the check.
+    left from a lower rank), for the figures without the check.  ``no_selection``: R keeps
+    every tuple derived (no aggregate selection), for the figures without it.
     """
     from incr.bench.machine import machine_info
     from incr.compiler import compile_program
@@ -132,10 +135,15 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
     landing, warehouse = work / "landing", work / "warehouse"
     (landing / "links" / "_deletes").mkdir(parents=True)
     spark = spark_session()
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark)
-    for runtime in pipeline.views.values():  # every view of the program: the run times both
-        if isinstance(runtime, RecursiveRuntime):
-            runtime.rank_support = not no_rank_support
+    def configured(pipeline: Pipeline) -> Pipeline:
+        """Every recursive view of the program (the run times all) with the run's methods."""
+        for runtime in pipeline.views.values():
+            if isinstance(runtime, RecursiveRuntime):
+                runtime.rank_support = not no_rank_support
+                runtime.aggregate_selection = not no_selection
+        return pipeline
+
+    pipeline = configured(Pipeline(compiled, landing, warehouse, spark=spark))
     rng = np.random.default_rng(zlib.crc32(f"{name}:{domains}:{size}".encode()))
     live = transit_stub(domains)
     nodes = domains * NODES_PER_DOMAIN
@@ -173,7 +181,8 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
         (scratch / "landing" / "links").mkdir(parents=True)
         pq.write_table(whole, scratch / "landing" / "links" / "00000.parquet")
         t0 = time.perf_counter()
-        fresh = Pipeline(compiled, scratch / "landing", scratch / "warehouse", spark=spark)
+        fresh = configured(Pipeline(compiled, scratch / "landing", scratch / "warehouse",
+                                    spark=spark))
         fresh.run()
         recompute_s = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -184,11 +193,13 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
         row = Row(name, batch, kind, 2 * len(change), len(live), round(incr_s, 3),
                   round(recompute_s, 3), round(duckdb_s, 3),
                   round(recompute_s / incr_s, 2) if incr_s else 0.0, trace["rounds"],
-                  trace["derived"], trace["over"], trace["dr_rows"], fixpoint, equal)
+                  trace["derived"], trace["over"], trace["dr_rows"], fixpoint, equal,
+                  trace["pruned"])
         rows.append(row)
         print(f"{name} batch {batch} ({kind}, {row.link_rows} link rows): incr {incr_s:.2f} s, "
               f"recompute {recompute_s:.2f} s ({row.speedup}x), duckdb {duckdb_s:.2f} s; "
-              f"{row.derived} tuples derived in {row.rounds} rounds, {row.over} over-deleted, "
+              f"{row.derived} tuples derived in {row.rounds} rounds ({row.pruned} pruned), "
+              f"{row.over} over-deleted, "
               f"|ΔR| {row.dr_rows}, "
               f"|R| {fixpoint}{'' if equal else '; ANSWER DIFFERS FROM DUCKDB'}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -206,6 +217,8 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
         "median_over_deleted": statistics.median(r.over for r in later if r.kind == "delete")
         if any(r.kind == "delete" for r in later) else None,
         "rank_support": not no_rank_support,
+        "aggregate_selection": not no_selection and plan.recursion is not None
+        and plan.recursion.selection is not None,
         "all_equal_duckdb": all(r.equal for r in rows),
     }
     (out / f"{name}.json").write_text(json.dumps({
@@ -217,10 +230,11 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
 
 
 def _markdown(name: str, rows: list[Row], summary: dict) -> str:
-    head = ("| batch | kind | link rows | incr s | recompute s | × | duckdb s | derived | rounds "
-            "| over-deleted | ΔR | R | = DuckDB |\n|" + "---|" * 13 + "\n")
+    head = ("| batch | kind | link rows | incr s | recompute s | × | duckdb s | derived | pruned "
+            "| rounds | over-deleted | ΔR | R | = DuckDB |\n|" + "---|" * 14 + "\n")
     body = "".join(f"| {r.batch} | {r.kind} | {r.link_rows} | {r.incr_s} | {r.recompute_s} | "
-                   f"{r.speedup} | {r.duckdb_s} | {r.derived} | {r.rounds} | {r.over} | "
+                   f"{r.speedup} | {r.duckdb_s} | {r.derived} | {r.pruned} | {r.rounds} | "
+                   f"{r.over} | "
                    f"{r.dr_rows} | "
                    f"{r.fixpoint} | {'yes' if r.equal else 'NO'} |\n" for r in rows)
     return (f"# incr bench {name}\n\n{summary['nodes']} nodes, {summary['link_rows_initial']} "
@@ -228,13 +242,16 @@ def _markdown(name: str, rows: list[Row], summary: dict) -> str:
             f"recompute {summary['median_recompute_s']} s ({summary['median_speedup']}×), "
             f"{summary['median_derived']} tuples derived; deletes over-delete "
             f"{summary['median_over_deleted']} tuples "
-            f"({'rank support' if summary['rank_support'] else 'no rank support'}).\n\n"
+            f"({'rank support' if summary['rank_support'] else 'no rank support'}; "
+            f"{'' if summary['aggregate_selection'] else 'no '}aggregate selection).\n\n"
             + head + body)
 
 
 def main_args(name: str, out: Path, nodes: int | None, size: int | None,
-              increments: int, no_rank_support: bool = False) -> int:
+              increments: int, no_rank_support: bool = False,
+              no_selection: bool = False) -> int:
     """The CLI's entry: ``nodes`` rounded to whole domains of 100 (default 100)."""
     domains = max(1, round((nodes or NODES_PER_DOMAIN) / NODES_PER_DOMAIN))
     return run_recursive(name, out, domains, size or 4, increments,
-                         "incr " + " ".join(sys.argv[1:]), no_rank_support=no_rank_support)
+                         "incr " + " ".join(sys.argv[1:]), no_rank_support=no_rank_support,
+                         no_selection=no_selection)

@@ -146,6 +146,7 @@ def _explain_recursion(rec: Recursion) -> list[str]:
         f"-- linear, monotone, set semantics; reads {', '.join(rec.sources)}\n"
         f"-- inserts: semi-naive evaluation from the rows a batch adds (each round reads the "
         f"last round's new tuples only)\n-- deletes: {DELETIONS}\n"
+        f"-- {_selection(rec)}\n"
         f"-- ΔR is folded into the view's query (above) as a batch of {rec.name}")]
     for i, b in enumerate(rec.base):
         out.append(_section(f"{rec.name}: branch {i + 1} (starts the recursion)",
@@ -154,6 +155,12 @@ def _explain_recursion(rec: Recursion) -> list[str]:
         out.append(_section(f"{rec.name}: step {i + 1} (one round, over the last round's Δr)",
                             fill(b, {}, shown)))
     return out
+
+
+def _selection(rec: Recursion) -> str:
+    if rec.selection is not None:
+        return f"pruning: {rec.selection}"
+    return f"pruning: none, R keeps every tuple derived (no aggregate selection: {rec.unselected})"
 
 
 def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> list[str]:

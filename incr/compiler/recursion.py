@@ -33,6 +33,18 @@ cheaper but are not exact on cyclic data (the tuples of a cycle derive each othe
 counts never fall to zero when the cycle's entry is cut); absorption provenance (the seed's
 choice) is exact but keeps a Boolean formula per tuple.  Ranks are one integer per tuple.
 
+**Aggregate selection** (seed 004 §6).  When the query after the CTE reads R only through
+MIN/MAX of some columns (grouped and filtered by the others), and every step keeps a better
+tuple better (an ordered column is derived as a sum of ordered columns of r and other values;
+a condition on one holds for any better value, like ``p.hops < 6`` for MIN(hops)), R keeps
+only the tuples no other tuple of their group beats on every ordered column.  A beaten tuple
+could change no answer, and all it derives is beaten by what its beater derives, so each round
+drops what R or the round already beats.  That is what makes a cheapest-path recursion with no
+hop bound finite on a cyclic network.  A tuple a new one beats leaves R, and the tuples whose
+rank proof went through it are examined like a delete's.  A delete that takes the best tuples
+of a group derives the group again from R − O (joined with the lost groups on the columns the
+branches copy), so the next best, never kept, comes back.
+
 Both need the recursion to be **linear** (each step branch reads r once) and **monotone**
 (no aggregate, negation, outer join or subquery inside the CTE: more facts can only derive
 more tuples), with **set semantics** (``UNION``, not ``UNION ALL``: a cycle would make a
@@ -74,6 +86,32 @@ DELETIONS = ("delete and rederive (DRed) with rank support: each tuple keeps the
              "on cycles, whose tuples derive each other")
 #: R's column holding each tuple's rank (the module doc).
 RANK = "_rank"
+#: What ``explain`` says of aggregate selection when a view has it.
+SELECTING = ("aggregate selection (seed 004 §6): the query after the CTE reads only the best "
+             "values of {cols} per ({group}), and every step keeps a better tuple better, so R "
+             "holds only the tuples no other tuple of their group beats on every one of them "
+             "(the others cannot change an answer, nor derive a tuple that could); a tuple "
+             "beaten by a new one leaves R like a deleted one, and a deletion that takes a best "
+             "tuple derives its group again from what is left, bringing back the next best")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Aggregate selection: R keeps, per group, only the tuples no other tuple beats.
+
+    The query after the CTE reads R only through MIN/MAX of the ``order`` columns, grouped
+    and filtered by ``group`` columns; and each step branch keeps a better tuple better (its
+    outputs of ordered columns grow with them, its conditions on them hold for any better
+    value), so a tuple some other tuple of its group beats on every ordered column (NULL
+    worst) can change no answer, and derives only tuples that are beaten in turn.
+    """
+
+    group: tuple[str, ...]  # R's other columns: tuples are compared within a group
+    order: tuple[tuple[str, bool], ...]  # (column, True when the lowest value is best)
+
+    def __str__(self) -> str:
+        cols = ", ".join(f"{'MIN' if low else 'MAX'}({c})" for c, low in self.order)
+        return SELECTING.format(cols=cols, group=", ".join(self.group) or "the whole of R")
 
 
 @dataclass(frozen=True)
@@ -88,6 +126,9 @@ class Branch:
     #: ``sql`` joined with a table of r's tuples (slot ``_TARGET``) on the copied columns:
     #: the derivations of those tuples only (None when the branch copies no column).
     targeted: str | None = None
+    #: ``sql`` joined with a table of groups (slot ``_TARGET``) on the copied group columns
+    #: of a :class:`Selection`: every tuple of those groups it derives (None: no such copy).
+    grouped: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +140,8 @@ class Recursion:
     base: tuple[Branch, ...]
     step: tuple[Branch, ...]
     sources: tuple[str, ...]  # declared tables the branches read, in order of appearance
+    selection: Selection | None = None
+    unselected: str = ""  # why there is no aggregate selection (explain)
 
     def reads(self, table: str) -> bool:
         """Whether a branch reads the declared table ``table``."""
@@ -107,16 +150,18 @@ class Recursion:
 
 # -- the SQL the runtime runs ----------------------------------------------------------------
 def fill(branch: Branch, slots: Mapping[int, str], default: Mapping[str, str],
-         target: str | None = None) -> str:
+         target: str | None = None, grouped: bool = False) -> str:
     """``branch`` with slot i reading ``slots[i]``, else ``default`` of its table (lowercase).
 
     With ``target`` (a table of r's tuples), the branch derives those tuples only, joined
     with them on the columns it copies from its slots (the database starts from the few
-    target tuples instead of reading the whole of R or a source).
+    target tuples instead of reading the whole of R or a source).  ``grouped``: the target
+    holds groups of the selection, and the branch derives every tuple of them.
     """
     sql = branch.sql
-    if target is not None and branch.targeted is not None:
-        sql = branch.targeted.replace(_TARGET, target)
+    form = branch.grouped if grouped else branch.targeted
+    if target is not None and form is not None:
+        sql = form.replace(_TARGET, target)
     for i, table in enumerate(branch.reads):
         sql = sql.replace(_SLOT.format(i), slots.get(i, default[table.lower()]))
     return sql
@@ -142,12 +187,15 @@ def round_sql(rec: Recursion, last: str, tables: Mapping[str, str]) -> str | Non
     return union_sql(rec, parts)
 
 
-def all_sql(rec: Recursion, tables: Mapping[str, str], target: str | None = None) -> str | None:
+def all_sql(rec: Recursion, tables: Mapping[str, str], target: str | None = None,
+            grouped: bool = False) -> str | None:
     """Every tuple one application of the branches derives from ``tables`` (R as r).
 
-    With ``target``, the derivations of its tuples only (see :func:`fill`).
+    With ``target``, the derivations of its tuples (``grouped``: of its groups) only (see
+    :func:`fill`).
     """
-    return union_sql(rec, [fill(b, {}, tables, target) for b in (*rec.base, *rec.step)])
+    return union_sql(rec, [fill(b, {}, tables, target, grouped)
+                           for b in (*rec.base, *rec.step)])
 
 
 def union_sql(rec: Recursion, parts: list[str]) -> str | None:
@@ -177,6 +225,52 @@ def alive_sql(columns: tuple[Column, ...], table: str, dead: str | None,
 def ranked_sql(table: str, op: str, rank: int) -> str:
     """The tuples of ``table`` whose rank is ``op`` (``<``, ``>``) ``rank``."""
     return f"SELECT * FROM {table} WHERE {RANK} {op} {int(rank)}"
+
+
+def groups_sql(rec: Recursion, table: str) -> str:
+    """The distinct groups of the selection among the tuples of ``table``."""
+    assert rec.selection is not None
+    cols = ", ".join(f"x.{q(c)}" for c in rec.selection.group) or "1 AS _all"
+    return f"SELECT DISTINCT {cols} FROM {table} AS x"
+
+
+def frontier_sql(rec: Recursion, candidates: str, *held: str) -> str:
+    """The tuples of ``candidates`` no tuple of theirs or of the tables ``held`` beats.
+
+    ``candidates`` are distinct, with ranks; "beats" is :class:`Selection`'s order.
+    """
+    cols = ", ".join(q(c.name) for c in rec.columns)
+    rivals = " UNION ALL ".join(f"SELECT {cols} FROM {t}" for t in (candidates, *held))
+    return (f"SELECT x.* FROM {candidates} AS x LEFT ANTI JOIN ({rivals}) AS y "
+            f"ON {_beats(rec, 'y', 'x')}")
+
+
+def superseded_sql(rec: Recursion, held: tuple[str, ...], by: str) -> str:
+    """The tuples of the tables ``held`` some tuple of ``by`` beats (they leave R).
+
+    A separate query from :func:`frontier_sql`: as one (a CTE read twice) DuckDB ran the
+    rounds about six times slower.
+    """
+    return (f"SELECT x.* FROM ({union_all_sql(list(held))}) AS x LEFT SEMI JOIN {by} AS y "
+            f"ON {_beats(rec, 'y', 'x')}")
+
+
+def _beats(rec: Recursion, y: str, x: str) -> str:
+    """SQL for ``y`` beats ``x``.
+
+    Same group, at least as good on every ordered column and better on one (NULL is the worst
+    value: MIN and MAX skip it).
+    """
+    sel = rec.selection
+    assert sel is not None
+    same = [f"{y}.{q(c)} <=> {x}.{q(c)}" for c in sel.group]
+    good, better = [], []
+    for c, low in sel.order:
+        op = "<" if low else ">"
+        a, b = f"{y}.{q(c)}", f"{x}.{q(c)}"
+        good.append(f"({b} IS NULL OR {a} {op}= {b})")
+        better.append(f"({a} IS NOT NULL AND ({b} IS NULL OR {a} {op} {b}))")
+    return " AND ".join([*same, *good, f"({' OR '.join(better)})"])
 
 
 def _match(columns: tuple[Column, ...], a: str, b: str) -> str:
@@ -271,10 +365,15 @@ def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Recurs
         raise refuse(f"name the columns of {name}, each once: WITH RECURSIVE {name}(a, b) AS ...")
     types = _types(first, program, dialect, refuse)
     columns = tuple(Column(n, t) for n, t in zip(names, types))
+    outer = tree.copy()
+    outer.set("with_", None)
+    selection, unselected = _selection(outer, name, columns,
+                                       [b for b, r in zip(branches, is_step) if r])
     sources: list[str] = []
     rendered = []
     for b in branches:
-        branch, reads = _slotted(b, columns, program, name, refuse)
+        branch, reads = _slotted(b, columns, program, name, refuse,
+                                 selection.group if selection is not None else ())
         rendered.append(branch)
         for t in reads:
             if t.lower() != name.lower() and t not in sources:
@@ -282,9 +381,7 @@ def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Recurs
     rec = Recursion(name=name, columns=columns,
                     base=tuple(r for r, s in zip(rendered, is_step) if not s),
                     step=tuple(r for r, s in zip(rendered, is_step) if s),
-                    sources=tuple(sources))
-    outer = tree.copy()
-    outer.set("with_", None)
+                    sources=tuple(sources), selection=selection, unselected=unselected)
     tables = (*program.tables, TableDecl(name=name, columns=columns, location=view.location))
     return (replace(view, select=outer.sql(dialect=dialect)),
             replace(program, tables=tables), rec)
@@ -370,8 +467,116 @@ def _types(select: exp.Select, program: Program, dialect: str, refuse: Refuse) -
     return out
 
 
+def _selection(outer: exp.Expr, name: str, columns: tuple[Column, ...],
+               steps: list[exp.Select]) -> tuple[Selection | None, str]:
+    """The aggregate selection the view allows (:class:`Selection`), or why it has none."""
+    if not isinstance(outer, exp.Select) or outer.args.get("joins") \
+            or [t.name.lower() for t in outer.find_all(exp.Table)] != [name.lower()] \
+            or outer.find(exp.Subquery, exp.Window, exp.Union) is not None:
+        return None, f"the query after the CTE is not one SELECT over {name} alone"
+    known = {c.name.lower(): c.name for c in columns}
+    order: dict[str, bool] = {}
+    for agg in outer.find_all(exp.AggFunc):
+        arg = agg.this
+        if not isinstance(agg, (exp.Min, exp.Max)) or not isinstance(arg, exp.Column) \
+                or arg.name.lower() not in known:
+            return None, (f"{agg.sql()[:40]} after the CTE reads tuples no better one could "
+                          f"stand for (only MIN and MAX of a column of {name} allow it)")
+        col, low = known[arg.name.lower()], isinstance(agg, exp.Min)
+        if order.setdefault(col, low) != low:
+            return None, f"both MIN and MAX of {col} are read"
+    if not order:
+        return None, f"no MIN or MAX of a column of {name} is read"
+    for ref in outer.find_all(exp.Column):
+        if ref.name.lower() in {c.lower() for c in order} \
+                and not isinstance(ref.parent, (exp.Min, exp.Max)):
+            return None, f"{ref.name} is read outside MIN/MAX after the CTE"
+    sel = Selection(group=tuple(c.name for c in columns if c.name not in order),
+                    order=tuple(order.items()))
+    for step in steps:
+        why = _keeps_better(step, name, columns, sel)
+        if why:
+            return None, why
+    return sel, ""
+
+
+def _keeps_better(step: exp.Select, name: str, columns: tuple[Column, ...],
+                  sel: Selection) -> str:
+    """Why a step branch might derive a better tuple from a worse one ("" when it cannot).
+
+    Its outputs of ordered columns must grow with them (sums of them and of values not from
+    r), its other outputs not read them, and its conditions on them hold for any better value
+    (``r.cost < 10`` for MIN); anything else reading an ordered column of r is refused.
+    """
+    tables = list(step.find_all(exp.Table))
+    alias = next(t.alias_or_name for t in tables if t.name.lower() == name.lower()).lower()
+    low = {c.lower(): v for c, v in sel.order}
+
+    def ordered(col: exp.Column) -> bool | None:  # its direction when an ordered column of r
+        if col.name.lower() not in low:
+            return None
+        if col.table.lower() == alias or (not col.table and len(tables) == 1):
+            return low[col.name.lower()]
+        return None if col.table else low[col.name.lower()]  # bare among several: r's
+
+    def free(e: exp.Expr) -> bool:
+        return all(ordered(c) is None for c in e.find_all(exp.Column))
+
+    def grows(e: exp.Expr, direction: bool) -> bool:  # weakly, with r's columns of direction
+        if free(e):
+            return True
+        if isinstance(e, exp.Paren):
+            return grows(e.this, direction)
+        if isinstance(e, exp.Column):
+            return ordered(e) is direction
+        if isinstance(e, exp.Add):
+            return grows(e.this, direction) and grows(e.expression, direction)
+        if isinstance(e, exp.Sub):
+            return grows(e.this, direction) and free(e.expression)
+        return False
+
+    accounted = 0
+    for e, c in zip(step.expressions, columns):
+        value = e.unalias()
+        n = sum(1 for col in value.find_all(exp.Column) if ordered(col) is not None)
+        accounted += n
+        direction = low.get(c.name.lower())
+        if n and (direction is None or not grows(value, direction)):
+            return (f"a step derives {c.name} as {value.sql()[:40]}, which a better tuple of "
+                    f"{name} could make worse")
+    conditions = [step.args["where"].this] if step.args.get("where") is not None else []
+    conditions += [j.args["on"] for j in step.args.get("joins") or [] if j.args.get("on")]
+    conjuncts = [c for cond in conditions
+                 for c in (cond.flatten() if isinstance(cond, exp.And) else [cond])]
+    for cond in conjuncts:
+        n = sum(1 for col in cond.find_all(exp.Column) if ordered(col) is not None)
+        if not n:
+            continue
+        accounted += n
+        if not _holds_for_better(cond, grows, free):
+            return (f"the step's condition {cond.sql()[:40]} could fail for a better tuple of "
+                    f"{name}")
+    if accounted != sum(1 for col in step.find_all(exp.Column) if ordered(col) is not None):
+        return f"a step reads an ordered column of {name} elsewhere than in its outputs or conditions"
+    return ""
+
+
+def _holds_for_better(cond: exp.Expr, grows: Callable[[exp.Expr, bool], bool],
+                      free: Callable[[exp.Expr], bool]) -> bool:
+    """``x < k`` (``<=``) with x growing with MIN columns, or ``k < x`` with MAX ones."""
+    if isinstance(cond, exp.Paren):
+        return _holds_for_better(cond.this, grows, free)
+    if isinstance(cond, (exp.LT, exp.LTE)):
+        small, big = cond.this, cond.expression
+    elif isinstance(cond, (exp.GT, exp.GTE)):
+        small, big = cond.expression, cond.this
+    else:
+        return False
+    return (grows(small, True) and free(big)) or (free(small) and grows(big, False))
+
+
 def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, name: str,
-             refuse: Refuse) -> tuple[Branch, tuple[str, ...]]:
+             refuse: Refuse, group: tuple[str, ...] = ()) -> tuple[Branch, tuple[str, ...]]:
     """A branch as Spark SQL over slots, each column cast to r's type and named like it.
 
     Then the derivation's rank: 0 for a base branch, r's rank + 1 for a step.
@@ -413,22 +618,28 @@ def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, 
         *(exp.alias_(exp.cast(e.unalias(), str(c.type), dialect="duckdb"), c.name)
           for e, c in zip(tree.expressions, columns)),
         exp.alias_(exp.cast(rank, "BIGINT"), RANK)])
-    targeted = None
     unqualified = [col for col in tree.find_all(exp.Column) if not col.table]
     if len(reads) == 1:  # the target's columns must not make a bare column ambiguous
         for bare in unqualified:
             bare.set("table", exp.to_identifier(next(iter(aliases))))
         unqualified = []
-    if copies and not unqualified:
-        alias_of = {i: a for a, i in aliases.items()}
+    alias_of = {i: a for a, i in aliases.items()}
+
+    def joined(on_copies: list[tuple[int, str, str]]) -> str | None:
+        """The branch joined with the target on ``on_copies`` (None: it cannot be)."""
+        if not on_copies or unqualified:
+            return None
         on = exp.and_(*(exp.NullSafeEQ(this=exp.column(c, table=alias_of[i]),
                                        expression=exp.column(o, table="incr_k"))
-                        for i, c, o in copies))
-        targeted = tree.copy().join(exp.to_table(_TARGET).as_("incr_k"), on=on)
+                        for i, c, o in on_copies))
+        return render_expression(tree.copy().join(exp.to_table(_TARGET).as_("incr_k"), on=on),
+                                 SPARK)
+
     try:
         sql = render_expression(tree, SPARK)
-        targeted_sql = render_expression(targeted, SPARK) if targeted is not None else None
+        targeted = joined(copies)
+        grouped = joined([c for c in copies if c[2] in group])
     except Exception as e:
         raise refuse(f"cannot write {select.sql()[:80]} for Spark: {e}") from e
-    return Branch(sql=sql, reads=tuple(reads), copies=tuple(copies),
-                  targeted=targeted_sql), tuple(reads)
+    return Branch(sql=sql, reads=tuple(reads), copies=tuple(copies), targeted=targeted,
+                  grouped=grouped), tuple(reads)

@@ -43,6 +43,8 @@ from incr.compiler.recursion import (
     alive_sql,
     all_sql,
     changed_sql,
+    frontier_sql,
+    groups_sql,
     minus_sql,
     mirror_sql,
     named_sql,
@@ -50,6 +52,7 @@ from incr.compiler.recursion import (
     ranked_sql,
     round_sql,
     signed_sql,
+    superseded_sql,
     union_all_sql,
     within_sql,
 )
@@ -83,6 +86,9 @@ class RecursiveRuntime(WrappedRuntime):
         #: Whether a delete keeps the tuples with a proof left from a lower rank; off, every
         #: tuple examined is over-deleted (the benchmark's figures without the check).
         self.rank_support = True
+        #: Whether R keeps only the tuples no other beats when the view allows it (off: the
+        #: benchmark's figures without aggregate selection).
+        self.aggregate_selection = True
         tuples = nullable(arrow_schema(self.rec.columns))
         self._r_schema = tuples.append(pa.field(RANK, pa.int64()))  # R: tuples and ranks
         self._change_schema = signed(self._r_schema)  # R's change: -1 leaves, +1 enters
@@ -111,7 +117,8 @@ class RecursiveRuntime(WrappedRuntime):
         sign = -1 if kind == DELETE else 1
         answer_at = self.outer.answer.through()
         in_step = answer_at >= 0 and answer_at == self.state_through() < batch
-        trace = {"batch": batch, "rounds": 0, "derived": 0, "over": 0, "dr_rows": 0}
+        trace = {"batch": batch, "rounds": 0, "derived": 0, "over": 0, "pruned": 0,
+                 "dr_rows": 0}
         folds: list[pa.Table | None] = []
         try:
             dr = None
@@ -218,10 +225,17 @@ class RecursiveRuntime(WrappedRuntime):
         if not self._kept[changed].num_rows:
             return self._change_schema.empty_table(), mirror
 
+        sel = rec.selection if self.aggregate_selection else None
+        held_r = r  # R as it was (``r`` may become R with a batch's new tuples)
+        beaten: list[str] = []  # tuples of R or of a round that a better one put out
+
         def rounds(first: str | None, tables: dict[str, str], within: str | None,
                    without: tuple[str, ...], tag: str) -> list[str]:
             """Semi-naive: ``first``, then the step over each round's new tuples, kept
-            ``within`` a set (when given), new against ``without`` and earlier rounds."""
+            ``within`` a set (when given), new against ``without`` and earlier rounds.
+
+            Under aggregate selection a round keeps only the tuples nothing in ``without``
+            or found so far beats, and what they beat goes to ``beaten``."""
             found: list[str] = []
             sql = first
             for k in range(MAX_ROUNDS):
@@ -231,6 +245,15 @@ class RecursiveRuntime(WrappedRuntime):
                     sql = within_sql(cols, sql, within)
                 name = self._keep(engine, f"{p}{tag}{k}", minus_sql(cols, sql, *without, *found),
                                   self._r_schema)
+                if sel is not None and self._kept[name].num_rows:
+                    trace["pruned"] += self._kept[name].num_rows
+                    name = self._keep(engine, f"{p}{tag}{k}b", frontier_sql(
+                        rec, name, *without, *found), self._r_schema)
+                    trace["pruned"] -= self._kept[name].num_rows
+                    out = self._keep(engine, f"{p}{tag}{k}x", superseded_sql(
+                        rec, (*without, *found), name), self._r_schema)
+                    if self._kept[out].num_rows:
+                        beaten.append(out)
                 trace["derived"] += self._kept[name].num_rows
                 if not self._kept[name].num_rows:
                     return found
@@ -243,18 +266,46 @@ class RecursiveRuntime(WrappedRuntime):
             tables = {**after, rec.name.lower(): r}
             added = rounds(changed_sql(rec, branches, source, changed, tables), tables, None,
                            (r,), "i")
-            return self._signed(engine, added, +1), mirror
-        tables = {**before, rec.name.lower(): r}
-        gone = self._over(engine, changed_sql(rec, branches, source, changed, tables),
-                          tables, after, r, trace)
-        if gone is None:
+            if not beaten:
+                return self._signed(engine, added, +1), mirror
+            # Tuples whose proof went through a beaten one are examined like a delete's.
+            out = engine.view(p + "beaten",
+                              f"SELECT DISTINCT * FROM ({union_all_sql(beaten)}) AS _b")
+            held = engine.view(p + "held", union_all_sql(
+                [engine.view(f"{p}held{i}", alive_sql(cols, t, out))
+                 for i, t in enumerate([r, *added])]))
+            tables = {**after, rec.name.lower(): held}
+            first, r = round_sql(rec, out, tables), held
+            gone = [out]
+        else:
+            tables = {**before, rec.name.lower(): r}
+            first, gone = changed_sql(rec, branches, source, changed, tables), []
+            added = []
+        found_dead = self._over(engine, first, tables, after, r, trace)
+        if found_dead is not None:
+            trace["over"] += self._kept[found_dead].num_rows
+            gone.append(found_dead)
+        if not gone:
             return self._change_schema.empty_table(), mirror
-        trace["over"] = self._kept[gone].num_rows
-        rest = engine.view(p + "rest", alive_sql(cols, r, gone))
+        dead = gone[0] if len(gone) == 1 else \
+            engine.view(p + "dead", f"SELECT DISTINCT * FROM ({union_all_sql(gone)}) AS _d")
+        rest = engine.view(p + "rest", alive_sql(cols, r, dead))
         tables = {**after, rec.name.lower(): rest}
-        back = rounds(all_sql(rec, tables, target=gone), tables, gone, (), "d")
-        change = pa.concat_tables([self._signed(engine, [gone], -1),
-                                   self._signed(engine, back, +1)])
+        if sel is None:
+            back = rounds(all_sql(rec, tables, target=dead), tables, dead, (), "d")
+        elif found_dead is not None:  # a group that lost its best tuples may have others
+            # now; a beaten tuple's group has what beat it, which beats all it did
+            groups = engine.view(p + "groups", groups_sql(rec, found_dead))
+            back = rounds(all_sql(rec, tables, target=groups, grouped=True), tables, None,
+                          (rest,), "d")
+        else:
+            back = []
+        # R's change: what leaves R as it was, what the batch added and kept, what came back.
+        left = dead if sign < 0 else \
+            engine.view(p + "left", named_sql(cols, held_r, f"SELECT * FROM {dead}"))
+        kept = [engine.view(f"{p}kept{i}", alive_sql(cols, a, dead)) for i, a in enumerate(added)]
+        change = pa.concat_tables([self._signed(engine, [left], -1),
+                                   self._signed(engine, [*kept, *back], +1)])
         return change, mirror
 
     def _over(self, engine: Engine, first: str | None, before: dict[str, str],

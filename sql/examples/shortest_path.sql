@@ -1,9 +1,10 @@
 -- incr: buckets = 4
 --
 -- Shortest paths (seed 004 §6): the cheapest path and the fewest hops between two nodes.
--- The recursion carries the path's cost and hop count; the hop bound keeps the set of
--- (src, dst, cost, hops) finite on cyclic graphs, and MIN over it is maintained under
--- deletion like any other MIN.
+-- The recursion carries the path's cost and hop count.  The query reads it only through
+-- MIN(cost) and MIN(hops), so R keeps per (src, dst) only the paths no other path beats on
+-- both (aggregate selection, seed 004 §6); the hop bound is the seed's, and MIN over R is
+-- maintained under deletion like any other MIN.
 
 CREATE TABLE links (src BIGINT, dst BIGINT, cost BIGINT);
 

@@ -94,3 +94,48 @@ def test_a_branch_carries_its_rank_and_can_derive_given_tuples_only():
     bare = compile_text(_view(f"SELECT src, dst FROM links UNION {STEP} WHERE cost > 0")
                         ).plan("v").recursion.step[0]
     assert bare.targeted is None  # a bare column among two tables: derived in full instead
+
+
+def _paths(step_where: str, query: str, step_cost: str = "p.cost + l.cost") -> str:
+    return TABLES + (f"CREATE VIEW v AS WITH RECURSIVE p (src, dst, cost, hops) AS ("
+                     f"SELECT src, dst, cost, 1 FROM links UNION SELECT p.src, l.dst, "
+                     f"{step_cost}, p.hops + 1 FROM p JOIN links l ON p.dst = l.src "
+                     f"{step_where}) {query};\n")
+
+
+@pytest.mark.parametrize("where, query, group, order", [
+    ("WHERE p.hops < 5", "SELECT src, dst, MIN(cost), MIN(hops) FROM p GROUP BY src, dst",
+     ("src", "dst"), (("cost", True), ("hops", True))),
+    # hops only bounds and groups: the cheapest path of each length is kept
+    ("WHERE p.hops <= 4", "SELECT src, MIN(cost) AS c FROM p WHERE src <> dst GROUP BY src",
+     ("src", "dst", "hops"), (("cost", True),)),
+    ("WHERE 5 > p.hops AND l.cost > 0", "SELECT src, dst, MAX(cost) FROM p GROUP BY src, dst",
+     ("src", "dst", "hops"), (("cost", False),)),
+])
+def test_aggregate_selection_is_found_with_its_groups_and_order(where, query, group, order):
+    rec = compile_text(_paths(where, query)).plans[0].recursion
+    assert rec.selection is not None, rec.unselected
+    assert (rec.selection.group, rec.selection.order) == (group, order)
+    # a rederivation reads the groups it lost only: joined on the group columns it copies
+    assert "incr_k.src" in rec.step[0].grouped and "incr_k.dst" in rec.step[0].grouped
+    assert "incr_k.cost" not in rec.step[0].grouped
+
+
+@pytest.mark.parametrize("where, query, cost, says", [
+    ("WHERE p.hops < 5", "SELECT src, dst, MIN(cost), COUNT(*) FROM p GROUP BY src, dst",
+     "p.cost + l.cost", "COUNT(*)"),
+    ("WHERE p.hops > 2 AND p.hops < 5", "SELECT src, dst, MIN(hops) FROM p GROUP BY src, dst",
+     "p.cost + l.cost", "p.hops > 2"),
+    ("WHERE p.hops < 5", "SELECT src, dst, MIN(cost) FROM p GROUP BY src, dst",
+     "l.cost - p.cost", "a better tuple"),
+    ("WHERE p.hops < 5", "SELECT src, dst, MIN(cost), MAX(cost) FROM p GROUP BY src, dst",
+     "p.cost + l.cost", "both MIN and MAX of cost"),
+    ("WHERE p.hops < 5", "SELECT src, MIN(cost) FROM p WHERE cost > 1 GROUP BY src",
+     "p.cost + l.cost", "cost is read outside MIN/MAX"),
+    ("WHERE p.hops < 5 AND p.cost <> 3", "SELECT src, dst, MIN(cost) FROM p GROUP BY src, dst",
+     "p.cost + l.cost", "p.cost <> 3"),
+])
+def test_no_aggregate_selection_where_a_beaten_tuple_could_matter(where, query, cost, says):
+    rec = compile_text(_paths(where, query, cost)).plans[0].recursion
+    assert rec.selection is None and says in rec.unselected, rec.unselected
+    assert "no aggregate selection" in explain_program(compile_text(_paths(where, query, cost)))
