@@ -239,8 +239,7 @@ def frontier_sql(rec: Recursion, candidates: str, *held: str) -> str:
 
     ``candidates`` are distinct, with ranks; "beats" is :class:`Selection`'s order.
     """
-    cols = ", ".join(q(c.name) for c in rec.columns)
-    rivals = " UNION ALL ".join(f"SELECT {cols} FROM {t}" for t in (candidates, *held))
+    rivals = union_all_sql([candidates, *held])  # all of R's shape: tuples and ranks
     return (f"SELECT x.* FROM {candidates} AS x LEFT ANTI JOIN ({rivals}) AS y "
             f"ON {_beats(rec, 'y', 'x')}")
 
