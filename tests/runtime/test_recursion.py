@@ -167,6 +167,23 @@ def test_a_tuple_whose_shortest_proof_went_is_rederived_with_a_new_rank(tmp_path
     assert _reached(warehouse, compiled) == [(0, 1), (0, 3), (4, 2)]
 
 
+def test_a_delete_moves_r_in_place_by_deletion_vectors(tmp_path):
+    """R is not rewritten by a delete: the files it had stay, their deletion vectors mark
+    the tuples that left, and the one rederived with a new rank is in a new file."""
+    _, landing, _, pipeline = _reach_pipeline(tmp_path, True)
+    store, path = pipeline.store, pipeline.views["reach"].fixpoint_path
+    _land(landing, "links", 0, [(0, 1), (1, 2), (0, 3), (3, 4), (4, 2)], False)
+    pipeline.run()
+    before = set(store.live_adds(path))
+    _land(landing, "links", 1, [(1, 2)], True)
+    assert pipeline.run().rejected is None
+    after = store.live_adds(path)
+    assert before < set(after)  # nothing rewritten, one file added
+    assert [a for name, a in after.items() if name in before and a.get("deletionVector")]
+    assert sorted(tuple(t.values()) for t in store.read(path).to_pylist()) == [
+        (0, 1, 0), (0, 2, 2), (0, 3, 0), (0, 4, 1), (3, 2, 1), (3, 4, 0), (4, 2, 0)]
+
+
 class _Crash(Exception):
     pass
 
