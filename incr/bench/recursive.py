@@ -19,7 +19,9 @@ Per batch, on one SparkSession: **incr** (``Pipeline.run`` on the warehouse that
 engine deriving R from scratch), and **duckdb** (DuckDB's own ``WITH RECURSIVE`` of the view's
 SQL over the live links, the oracle; the answers are compared).  ``derived`` is the tuples
 incr's rounds produced for the batch (the seed's "tuples propagated"), ``fixpoint`` the
-rows of R after it: a recompute derives at least that many.
+rows of R after it: a recompute derives at least that many.  A batch runs on the driver
+(DuckDB) while R holds at most ``INCR_LOCAL_STATE_ROWS`` tuples, in Spark beyond: the
+10K-node graph's R of 2M tuples needs that setting raised to stay on the driver.
 
 Outputs in ``--out DIR``: ``NAME.csv`` (one row per batch), ``NAME.md`` and ``NAME.json``.
 """
@@ -217,6 +219,8 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
         "median_over_deleted": statistics.median(r.over for r in later if r.kind == "delete")
         if any(r.kind == "delete" for r in later) else None,
         "rank_support": not no_rank_support,
+        # R is read on the driver only while it holds at most this many tuples (else Spark)
+        "local_state_rows": pipeline.engines.settings.local_state_rows,
         "aggregate_selection": not no_selection and plan.recursion is not None
         and plan.recursion.selection is not None,
         "all_equal_duckdb": all(r.equal for r in rows),
@@ -243,7 +247,8 @@ def _markdown(name: str, rows: list[Row], summary: dict) -> str:
             f"{summary['median_derived']} tuples derived; deletes over-delete "
             f"{summary['median_over_deleted']} tuples "
             f"({'rank support' if summary['rank_support'] else 'no rank support'}; "
-            f"{'' if summary['aggregate_selection'] else 'no '}aggregate selection).\n\n"
+            f"{'' if summary['aggregate_selection'] else 'no '}aggregate selection; "
+            f"INCR_LOCAL_STATE_ROWS={summary['local_state_rows']}).\n\n"
             + head + body)
 
 
