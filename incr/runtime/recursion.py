@@ -64,6 +64,7 @@ from incr.runtime import faults
 from incr.runtime.engine import Engine
 from incr.runtime.landing import DELETE
 from incr.runtime.maintain import ViewMetrics, WrappedRuntime, held_back, union_touched
+from incr.runtime.state import with_flag
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable, signed
 
@@ -423,18 +424,11 @@ class RecursiveRuntime(WrappedRuntime):
                              description=what)
             return
         shape = self._r_schema.append(pa.field(GONE, pa.bool_()))
-        source = pa.concat_tables([_flagged(removed, shape, True), _flagged(added, shape, False)])
+        source = pa.concat_tables([with_flag(removed, shape, True), with_flag(added, shape, False)])
         (self.store.merge(path, source).on_groups(tuple(self._r_schema.names), GONE)
          .when_matched_delete().when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}")
          .with_deletion_vectors().for_batch(number).execute())
         self.store.compact_files(path, tuple(self._r_schema.names), COMPACT_FILES_PER_BUCKET)
-
-
-def _flagged(rows: pa.Table, shape: pa.Schema, gone: bool) -> pa.Table:
-    """R's tuples with the MERGE's flag: True for a tombstone, False for a tuple to insert."""
-    tuples = pa.schema([shape.field(i) for i in range(len(shape) - 1)])
-    return pa.table([*rows.cast(tuples).columns,
-                     pa.array([gone] * rows.num_rows, pa.bool_())], schema=shape)
 
 
 def _net(change: pa.Table, schema: pa.Schema) -> pa.Table:

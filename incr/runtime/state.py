@@ -206,8 +206,8 @@ class ViewState:
         tombstones = changed.select(list(keys)).cast(pa.schema([schema.field(k) for k in keys]))
         shape = nullable(schema).append(pa.field(GONE, pa.bool_()))
         source = pa.concat_tables([
-            _with_flag(tombstones, shape, True),
-            _with_flag(live.select(schema.names).cast(nullable(schema)), shape, False)])
+            with_flag(tombstones, shape, True),
+            with_flag(live.select(schema.names).cast(nullable(schema)), shape, False)])
         (self.store.merge(path, source).on_groups(keys, GONE).when_matched_delete()
          .when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}").with_deletion_vectors()
          .for_batch(batch).execute())
@@ -399,7 +399,7 @@ class ViewState:
                                      f"keyed by {', '.join(keys) or '()'}")
 
 
-def _with_flag(rows: pa.Table, shape: pa.Schema, flag: bool) -> pa.Table:
+def with_flag(rows: pa.Table, shape: pa.Schema, flag: bool) -> pa.Table:
     """``rows`` in ``shape`` (missing columns NULL) with the flag column set to ``flag``."""
     columns = [rows.column(f.name) if f.name in rows.column_names and f.name != GONE
                else pa.nulls(rows.num_rows, f.type) for f in shape]
