@@ -37,7 +37,6 @@ import pyarrow.compute as pc
 
 from incr.compiler.plan import WEIGHT, IncrementalPlan
 from incr.compiler.program import Column
-from incr.compiler.publish import GONE
 from incr.compiler.recursion import (
     MAX_ROUNDS,
     RANK,
@@ -57,14 +56,12 @@ from incr.compiler.recursion import (
     union_all_sql,
     within_sql,
 )
-from incr.compiler.sqlgen import merge_ident
 from incr.config import COMPACT_FILES_PER_BUCKET
 from incr.errors import InputError, Location
 from incr.runtime import faults
 from incr.runtime.engine import Engine
 from incr.runtime.landing import DELETE
 from incr.runtime.maintain import ViewMetrics, WrappedRuntime, held_back, union_touched
-from incr.runtime.state import with_flag
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable, signed
 
@@ -423,11 +420,7 @@ class RecursiveRuntime(WrappedRuntime):
             self.store.write(path, added.cast(self._r_schema), mode="append", batch=number,
                              description=what)
             return
-        shape = self._r_schema.append(pa.field(GONE, pa.bool_()))
-        source = pa.concat_tables([with_flag(removed, shape, True), with_flag(added, shape, False)])
-        (self.store.merge(path, source).on_groups(tuple(self._r_schema.names), GONE)
-         .when_matched_delete().when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}")
-         .with_deletion_vectors().for_batch(number).execute())
+        self.store.replace_rows(path, removed, added, batch=number)
         self.store.compact_files(path, tuple(self._r_schema.names), COMPACT_FILES_PER_BUCKET)
 
 

@@ -35,9 +35,7 @@ from incr.compiler.plan import (
     StagePlan,
     StateTable,
 )
-from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import (
-    merge_ident,
     render_anti_delta,
     render_consolidated,
     render_kept_fold,
@@ -200,17 +198,8 @@ class ViewState:
         copies every file a changed key may be in: with keys spread over the key range,
         all of them.
         """
-        path = self.path(table.name)
-        schema = self.store.schema(path)
-        keys = (BUCKET, *table.key_columns)
-        tombstones = changed.select(list(keys)).cast(pa.schema([schema.field(k) for k in keys]))
-        shape = nullable(schema).append(pa.field(GONE, pa.bool_()))
-        source = pa.concat_tables([
-            with_flag(tombstones, shape, True),
-            with_flag(live.select(schema.names).cast(nullable(schema)), shape, False)])
-        (self.store.merge(path, source).on_groups(keys, GONE).when_matched_delete()
-         .when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}").with_deletion_vectors()
-         .for_batch(batch).execute())
+        keys = [BUCKET, *table.key_columns]
+        self.store.replace_rows(self.path(table.name), changed.select(keys), live, batch=batch)
         self.compact(table)
         return changed.num_rows
 
@@ -397,11 +386,3 @@ class ViewState:
                          description=f"incr state {table} of view {self.plan.view} (program "
                                      f"{self.plan.program}, state {self.plan.state_fingerprint}); "
                                      f"keyed by {', '.join(keys) or '()'}")
-
-
-def with_flag(rows: pa.Table, shape: pa.Schema, flag: bool) -> pa.Table:
-    """``rows`` in ``shape`` (missing columns NULL) with the flag column set to ``flag``."""
-    columns = [rows.column(f.name) if f.name in rows.column_names and f.name != GONE
-               else pa.nulls(rows.num_rows, f.type) for f in shape]
-    columns[shape.get_field_index(GONE)] = pa.array([flag] * rows.num_rows, pa.bool_())
-    return pa.table(columns, schema=shape)

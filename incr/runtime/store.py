@@ -50,10 +50,12 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from incr.compiler.plan import BUCKET
+from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
 from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES, settings
 from incr.errors import OutOfRangeError, StorageError
 from incr.runtime import deletion, deltalog, lookup, mirror
+from incr.runtime.types import nullable
 
 log = logging.getLogger("incr.runtime")
 
@@ -616,6 +618,20 @@ class DeltaStore:
                 return None
         return kept[2]
 
+    def replace_rows(self, path: str | Path, gone: pa.Table, rows: pa.Table, *,
+                     batch: int) -> MergeMetrics:
+        """Deletes the rows equal (NULL equal to NULL) to a row of ``gone`` on its columns and
+        inserts ``rows``, in one commit by deletion vectors (:meth:`Merge.with_deletion_vectors`):
+        the cost follows the rows, not the files they are in.  The one spelling of that MERGE
+        for every table whose changed rows are replaced (state by ⊗=, a recursion's R)."""
+        shape = nullable(self.schema(path)).append(pa.field(GONE, pa.bool_()))
+        tombstones = gone.cast(pa.schema([shape.field(c) for c in gone.column_names]))
+        source = pa.concat_tables([_with_flag(tombstones, shape, True),
+                                   _with_flag(rows.select(shape.names[:-1]), shape, False)])
+        return (self.merge(path, source).on_groups(tuple(gone.column_names), GONE)
+                .when_matched_delete().when_not_matched_insert_all(f"NOT s.{merge_ident(GONE)}")
+                .with_deletion_vectors().for_batch(batch).execute())
+
     def merge(self, path: str | Path, source: pa.Table) -> Merge:
         """Starts a MERGE of ``source`` (alias ``s``) into the table at ``path`` (alias ``t``)."""
         return Merge(self, Path(path), source)
@@ -959,6 +975,14 @@ class _VectorReader:
         if self._foreign is None:
             self._foreign = deleted_positions(self._dt)
         return self._foreign.get(str(self._root / unquote(name)), np.array([], dtype=np.int64))
+
+
+def _with_flag(rows: pa.Table, shape: pa.Schema, flag: bool) -> pa.Table:
+    """``rows`` in ``shape`` (missing columns NULL) with the flag column set to ``flag``."""
+    columns = [rows.column(f.name).cast(f.type) if f.name in rows.column_names and f.name != GONE
+               else pa.nulls(rows.num_rows, f.type) for f in shape]
+    columns[shape.get_field_index(GONE)] = pa.array([flag] * rows.num_rows, pa.bool_())
+    return pa.table(columns, schema=shape)
 
 
 def _remove(name: str, add: Mapping[str, Any], now: int, *, data_change: bool) -> dict[str, Any]:
