@@ -250,6 +250,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="shortest-path: R keeps every tuple derived, not only those no other "
                          "tuple beats on MIN(cost) and MIN(hops), for the figures without "
                          "aggregate selection")
+    sp.add_argument("--separate-domains", action="store_true",
+                    help="reachability, shortest-path: the transit-stub domains are not linked "
+                         "to each other (separate networks of 100 nodes: the closure of a "
+                         "connected 10K-node network is 10^8 pairs)")
     sp.add_argument("--new-nodes", type=int, default=None,
                     help="pagerank: new nodes per increment (default 100)")
     sp.add_argument("--iterations", type=int, default=None,
@@ -574,7 +578,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return recursive_bench(args.name, Path(args.out), args.nodes,
                                args.increment or (args.sizes[0] if args.sizes else None),
                                args.increments, no_rank_support=args.no_rank_support,
-                               no_selection=args.no_aggregate_selection)
+                               no_selection=args.no_aggregate_selection,
+                               separate=args.separate_domains)
     if is_iterative(args.name):
         return run_iterative(args.name, Path(args.out), args.initial_rows,
                              args.sizes or ((args.increment,) if args.increment else None),

@@ -7,7 +7,11 @@ The programs are the shipped examples ``sql/examples/reachability.sql`` (view
 **Data**: a transit-stub topology shaped like GT-ITM's default in the seed: per transit
 domain, 4 transit nodes linked to each other (latency 50), 3 stubs per transit node, each
 stub 8 nodes in a ring with 6 chords (latency 2) and one node linked to its transit node
-(latency 10); domains are linked in a ring through their first transit nodes (latency 50).
+(latency 10); domains are linked in a ring through their first transit nodes (latency 50),
+or, with ``--separate-domains``, not at all: the graph is then that many networks of 100 nodes
+(reachability on a connected 10K-node network has a closure of 10^8 pairs, which is the
+answer itself; 100 separate domains keep it at 10^6 and still derive, over-delete and
+rederive within each).
 Every link is bidirectional (two link rows).  One domain is the seed's 100 nodes and 372
 link rows (the seed: about 400); ``--nodes`` picks the number of domains (nodes / 100).  Each increment then
 either inserts ``size`` new bidirectional links between random nodes of one stub or of two
@@ -55,8 +59,11 @@ def is_recursive_bench(name: str) -> bool:
     return name in NAMES
 
 
-def transit_stub(domains: int) -> dict[tuple[int, int], int]:
-    """The topology's bidirectional links, each once as (low, high) → latency."""
+def transit_stub(domains: int, linked: bool = True) -> dict[tuple[int, int], int]:
+    """The topology's bidirectional links, each once as (low, high) → latency.
+
+    ``linked``: the domains in a ring (else separate networks).
+    """
     links: dict[tuple[int, int], int] = {}
 
     def link(a: int, b: int, cost: int) -> None:
@@ -77,7 +84,7 @@ def transit_stub(domains: int) -> dict[tuple[int, int], int]:
                 for a, b in CHORDS:
                     link(stub[a], stub[b], 2)
                 link(stub[0], node, 10)
-        if domains > 1:
+        if linked and domains > 1:
             link(base, ((d + 1) % domains) * NODES_PER_DOMAIN, 50)
     return links
 
@@ -114,12 +121,13 @@ class Row:
 
 def run_recursive(name: str, out: Path, domains: int, size: int, increments: int,
                   command: str, no_rank_support: bool = False,
-                  no_selection: bool = False) -> int:
+                  no_selection: bool = False, separate: bool = False) -> int:
     """Runs the benchmark and writes its outputs; returns an exit code (1 on a mismatch).
 
     ``no_rank_support``: a delete over-deletes every tuple it examines (no check for a proof
     left from a lower rank), for the figures without the check.  ``no_selection``: R keeps
     every tuple derived (no aggregate selection), for the figures without it.
+    ``separate``: the domains are not linked to each other.
     """
     from incr.bench.machine import machine_info
     from incr.compiler import compile_program
@@ -147,7 +155,7 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
 
     pipeline = configured(Pipeline(compiled, landing, warehouse, spark=spark))
     rng = np.random.default_rng(zlib.crc32(f"{name}:{domains}:{size}".encode()))
-    live = transit_stub(domains)
+    live = transit_stub(domains, linked=not separate)
     nodes = domains * NODES_PER_DOMAIN
     rows: list[Row] = []
     for batch in range(increments + 1):
@@ -211,13 +219,13 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
         writer.writerows(asdict(r) for r in rows)
     later = [r for r in rows if r.batch > 0]
     summary = {
-        "nodes": nodes, "link_rows_initial": rows[0].link_rows, "increment_links": size,
-        "median_incr_s": statistics.median(r.incr_s for r in later) if later else None,
-        "median_recompute_s": statistics.median(r.recompute_s for r in later) if later else None,
-        "median_speedup": statistics.median(r.speedup for r in later) if later else None,
-        "median_derived": statistics.median(r.derived for r in later) if later else None,
-        "median_over_deleted": statistics.median(r.over for r in later if r.kind == "delete")
-        if any(r.kind == "delete" for r in later) else None,
+        "nodes": nodes, "domains_linked": not separate,
+        "link_rows_initial": rows[0].link_rows, "increment_links": size,
+        "median_incr_s": _median(r.incr_s for r in later),
+        "median_recompute_s": _median(r.recompute_s for r in later),
+        "median_speedup": _median(r.speedup for r in later),
+        "median_derived": _median(r.derived for r in later),
+        "median_over_deleted": _median(r.over for r in later if r.kind == "delete"),
         "rank_support": not no_rank_support,
         # R is read on the driver only while it holds at most this many tuples (else Spark)
         "local_state_rows": pipeline.engines.settings.local_state_rows,
@@ -233,6 +241,12 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
     return 0 if summary["all_equal_duckdb"] else 1
 
 
+def _median(values) -> float | None:
+    """The median, rounded for the report (None: no values)."""
+    values = list(values)
+    return round(statistics.median(values), 3) if values else None
+
+
 def _markdown(name: str, rows: list[Row], summary: dict) -> str:
     head = ("| batch | kind | link rows | incr s | recompute s | × | duckdb s | derived | pruned "
             "| rounds | over-deleted | ΔR | R | = DuckDB |\n|" + "---|" * 14 + "\n")
@@ -241,7 +255,10 @@ def _markdown(name: str, rows: list[Row], summary: dict) -> str:
                    f"{r.over} | "
                    f"{r.dr_rows} | "
                    f"{r.fixpoint} | {'yes' if r.equal else 'NO'} |\n" for r in rows)
-    return (f"# incr bench {name}\n\n{summary['nodes']} nodes, {summary['link_rows_initial']} "
+    shape = "" if summary["domains_linked"] else \
+        f" in {summary['nodes'] // NODES_PER_DOMAIN} separate domains"
+    return (f"# incr bench {name}\n\n{summary['nodes']} nodes{shape}, "
+            f"{summary['link_rows_initial']} "
             f"link rows at first; medians over the increments: incr {summary['median_incr_s']} s, "
             f"recompute {summary['median_recompute_s']} s ({summary['median_speedup']}×), "
             f"{summary['median_derived']} tuples derived; deletes over-delete "
@@ -254,9 +271,9 @@ def _markdown(name: str, rows: list[Row], summary: dict) -> str:
 
 def main_args(name: str, out: Path, nodes: int | None, size: int | None,
               increments: int, no_rank_support: bool = False,
-              no_selection: bool = False) -> int:
+              no_selection: bool = False, separate: bool = False) -> int:
     """The CLI's entry: ``nodes`` rounded to whole domains of 100 (default 100)."""
     domains = max(1, round((nodes or NODES_PER_DOMAIN) / NODES_PER_DOMAIN))
     return run_recursive(name, out, domains, size or 4, increments,
                          "incr " + " ".join(sys.argv[1:]), no_rank_support=no_rank_support,
-                         no_selection=no_selection)
+                         no_selection=no_selection, separate=separate)

@@ -159,8 +159,26 @@ class DeltaStore:
 
     def row_count(self, path: str | Path, buckets: Iterable[int] | None = None) -> int | None:
         """Rows in the current version (of ``buckets`` only, when given), from the log's file
-        statistics (None: not recorded), so deciding whether a table is small reads no data."""
-        actions = pa.table(self.table(path).get_add_actions(flatten=True))
+        statistics (None: not recorded), so deciding whether a table is small reads no data.
+
+        Live rows, as a read yields them: a file's rows less those its deletion vector
+        deletes (a table moved by vectors still holds them, and counting them would send a
+        table at the driver-side limit to Spark after its first delete).
+        """
+        dt = self.table(path)
+        if has_deletion_vectors(dt):
+            wanted = None if buckets is None else {str(b) for b in buckets}
+            live = 0
+            for add in self.live_adds(path).values():
+                if wanted is not None and BUCKET in (add.get("partitionValues") or {}) and \
+                        str(add["partitionValues"][BUCKET]) not in wanted:
+                    continue
+                records = json.loads(add.get("stats") or "{}").get("numRecords")
+                if records is None:
+                    return None
+                live += int(records) - int((add.get("deletionVector") or {}).get("cardinality", 0))
+            return live
+        actions = pa.table(dt.get_add_actions(flatten=True))
         counts = actions["num_records"]
         if buckets is not None:
             column = f"partition.{BUCKET}"
@@ -175,11 +193,8 @@ class DeltaStore:
         """Live rows (None: not recorded) and bytes of the current version's files, from the
         log: the files' rows less those their deletion vectors delete."""
         actions = pa.table(self.table(path).get_add_actions(flatten=True))
-        rows = actions["num_records"].to_pylist()
         size = int(sum(s or 0 for s in actions["size_bytes"].to_pylist()))
-        if None in rows:
-            return None, size
-        return sum(rows) - self.deleted_rows(path)[0], size
+        return self.row_count(path), size
 
     def reach(self, path: str | Path, column: str, values: pa.Array) -> float:
         """The share of the table's rows in files whose ``column`` range (log statistics)

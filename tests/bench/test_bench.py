@@ -99,6 +99,11 @@ def test_transit_stub_is_the_seeds_topology_and_the_recursive_bench_checks_every
     nodes = {n for pair in links for n in pair}
     assert nodes == set(range(100)) and 300 <= 2 * len(links) <= 420
     assert _rows(links).num_rows == 2 * len(links)
+    # Domains in a ring through their first transit nodes, or (--separate-domains) apart.
+    ring, apart = transit_stub(3), transit_stub(3, linked=False)
+    assert {(a, b) for a, b in ring if a // 100 != b // 100} == {(0, 100), (100, 200), (0, 200)}
+    assert set(ring) - set(apart) == {(0, 100), (100, 200), (0, 200)}
+    assert all(a // 100 == b // 100 for a, b in apart)
     assert run_recursive("reachability", tmp_path, 1, 2, 2, "test") == 0
     with open(tmp_path / "reachability.csv") as f:
         rows = list(csv.DictReader(f))

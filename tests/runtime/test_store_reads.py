@@ -81,3 +81,18 @@ def test_a_string_key_is_matched_on_the_driver(tmp_path):
     store.write(path, pa.table({"who": ["ann", "bob", None], "n": [1, 2, 3]}), mode="append", batch=0)
     matched = store.read_matching(path, {"who": pa.array(["bob", None, "zed"])})
     assert sorted(matched.column("n").to_pylist()) == [2, 3]
+
+
+def test_row_count_is_the_live_rows_of_a_table_moved_by_deletion_vectors(tmp_path):
+    """The rows a read yields: a file's rows less those its deletion vector deletes.  Counting
+    the deleted ones sent R of the 10K-node reachability (10^6 tuples, at the driver-side
+    limit) to Spark after its first delete: later batches took 6.8–44 s instead of 0.6–1.4 s."""
+    path = _table(tmp_path)
+    store = DeltaStore()
+    gone = pa.table({"k": pa.array([2, 4], pa.int64())})
+    store.replace_rows(path, gone, store.read(path).slice(0, 0), batch=2)
+    assert store.deleted_rows(path) == (2, 4)  # still in their files, marked deleted
+    assert sorted(store.read(path)["k"].to_pylist()) == [1, 3]
+    assert store.row_count(path) == 2 and store.totals(path)[0] == 2
+    assert store.row_count(path, [1]) == 1 and store.row_count(path, [2]) == 0
+    assert store.row_count(path, [0, 1, 2]) == 2
