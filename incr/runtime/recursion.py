@@ -134,8 +134,9 @@ class RecursiveRuntime(WrappedRuntime):
                                              register))
             if dr is not None:
                 name = f"incr_{self.plan.view}_rec_dr_{batch}"
-                folds.append(self.outer.fold(base + 1, self.rec.name, name, 0, metrics, dr,
-                                             self._registrar(name, dr)))
+                dr_sign, dr = _one_sign(dr)
+                folds.append(self.outer.fold(base + 1, self.rec.name, name, dr_sign, metrics,
+                                             dr, self._registrar(name, dr)))
         finally:
             self._spark_views.close()
         self.log.append(trace)
@@ -431,6 +432,21 @@ def _net(change: pa.Table, schema: pa.Schema) -> pa.Table:
     weight = summed.column(f"{WEIGHT}_sum")
     net = pa.table([*(summed.column(k) for k in keys), weight], names=[*keys, WEIGHT])
     return net.filter(pc.not_equal(weight, 0)).cast(schema)
+
+
+def _one_sign(dr: pa.Table) -> tuple[int, pa.Table]:
+    """ΔR as the query's fold takes it most cheaply: plain tuples of one sign (+1 when every
+    tuple enters R, -1 when every one leaves) like a batch of a source, else signed (0).
+
+    A first load, and every insert that beats nothing, is all +1: the fold then takes its
+    one-signed path (on an empty state in Spark, h(ΔR) written by the executors) instead of
+    combining old and new rows of every touched group.
+    """
+    weight = dr.column(WEIGHT)
+    for sign in (1, -1):
+        if dr.num_rows and pc.all(pc.equal(weight, sign)).as_py():
+            return sign, dr.drop_columns([WEIGHT])
+    return 0, dr
 
 
 def _source_schema(columns: tuple[Column, ...]) -> pa.Schema:
