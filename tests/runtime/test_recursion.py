@@ -117,6 +117,20 @@ def test_deleting_one_of_two_derivations_keeps_the_tuple_and_a_cut_cycle_empties
     assert log["dr_rows"] == 4  # (0, 1), (3, 3), (4, 3), (4, 4) went
 
 
+def test_a_change_of_r_of_one_sign_folds_as_plain_rows():
+    """ΔR all entering (a first load, an insert that beats nothing) or all leaving folds
+    like a batch of a source, on the fold's one-signed path; a mixed one stays signed."""
+    from incr.runtime.recursion import _one_sign
+
+    def dr(weights: list[int]) -> pa.Table:
+        return pa.table({"src": list(range(len(weights))), "_w": pa.array(weights, pa.int64())})
+
+    assert _one_sign(dr([1, 1])) == (1, dr([1, 1]).drop_columns(["_w"]))
+    assert _one_sign(dr([-1, -1])) == (-1, dr([-1, -1]).drop_columns(["_w"]))
+    for signed in ([1, -1], [2, 1], []):
+        assert _one_sign(dr(signed)) == (0, dr(signed))
+
+
 def _reach_pipeline(tmp_path: Path, rank_support: bool) -> tuple:
     text = GRAPH + f"CREATE VIEW reach AS {REACH} SELECT src, dst FROM r;"
     compiled = compile_text(text, path="reach.sql", name="reach")
