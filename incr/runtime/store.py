@@ -165,20 +165,31 @@ class DeltaStore:
         deletes (a table moved by vectors still holds them, and counting them would send a
         table at the driver-side limit to Spark after its first delete).
         """
+        return self._live_rows(path, buckets)
+
+    def totals(self, path: str | Path) -> tuple[int | None, int]:
+        """Live rows (None: not recorded) and bytes of the current version's files, from the
+        log: the files' rows less those their deletion vectors delete."""
+        actions = pa.table(self.table(path).get_add_actions(flatten=True))
+        size = int(sum(s or 0 for s in actions["size_bytes"].to_pylist()))
+        return self._live_rows(path, None, actions), size
+
+    def _live_rows(self, path: str | Path, buckets: Iterable[int] | None,
+                   actions: pa.Table | None = None) -> int | None:
+        """:meth:`row_count`; ``actions``: the version's add actions, if already read."""
         dt = self.table(path)
         if has_deletion_vectors(dt):
             wanted = None if buckets is None else {str(b) for b in buckets}
             live = 0
-            for add in self.live_adds(path).values():
-                if wanted is not None and BUCKET in (add.get("partitionValues") or {}) and \
-                        str(add["partitionValues"][BUCKET]) not in wanted:
+            for bucket, records, deleted in self._file_rows(path):
+                if wanted is not None and bucket is not None and bucket not in wanted:
                     continue
-                records = json.loads(add.get("stats") or "{}").get("numRecords")
                 if records is None:
                     return None
-                live += int(records) - int((add.get("deletionVector") or {}).get("cardinality", 0))
+                live += records - deleted
             return live
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        if actions is None:
+            actions = pa.table(dt.get_add_actions(flatten=True))
         counts = actions["num_records"]
         if buckets is not None:
             column = f"partition.{BUCKET}"
@@ -189,12 +200,15 @@ class DeltaStore:
         values = counts.to_pylist()
         return None if None in values else sum(values)
 
-    def totals(self, path: str | Path) -> tuple[int | None, int]:
-        """Live rows (None: not recorded) and bytes of the current version's files, from the
-        log: the files' rows less those their deletion vectors delete."""
-        actions = pa.table(self.table(path).get_add_actions(flatten=True))
-        size = int(sum(s or 0 for s in actions["size_bytes"].to_pylist()))
-        return self.row_count(path), size
+    def _file_rows(self, path: str | Path) -> Iterator[tuple[str | None, int | None, int]]:
+        """Per live file, from its add action: its bucket (None: not partitioned by one), its
+        rows (None: not recorded) and the rows its deletion vector deletes."""
+        for add in self.live_adds(path).values():
+            bucket = (add.get("partitionValues") or {}).get(BUCKET)
+            records = json.loads(add.get("stats") or "{}").get("numRecords")
+            yield (None if bucket is None else str(bucket),
+                   None if records is None else int(records),
+                   int((add.get("deletionVector") or {}).get("cardinality", 0)))
 
     def reach(self, path: str | Path, column: str, values: pa.Array) -> float:
         """The share of the table's rows in files whose ``column`` range (log statistics)
@@ -264,9 +278,9 @@ class DeltaStore:
         if not has_deletion_vectors(dt):
             return 0, 0
         total = deleted = 0
-        for add in self.live_adds(path).values():
-            total += int(json.loads(add.get("stats") or "{}").get("numRecords", 0))
-            deleted += int((add.get("deletionVector") or {}).get("cardinality", 0))
+        for _, records, gone in self._file_rows(path):
+            total += records or 0
+            deleted += gone
         return deleted, total
 
     def batch_version(self, path: str | Path) -> int | None:
