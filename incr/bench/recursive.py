@@ -117,6 +117,8 @@ class Row:
     fixpoint: int
     equal: bool
     pruned: int = 0  # tuples derived that a better one beat (aggregate selection)
+    #: values of R's partition column whose tuples the batch read (None: R read whole)
+    parts: int | None = None
 
 
 def run_recursive(name: str, out: Path, domains: int, size: int, increments: int,
@@ -204,13 +206,14 @@ def run_recursive(name: str, out: Path, domains: int, size: int, increments: int
                   round(recompute_s, 3), round(duckdb_s, 3),
                   round(recompute_s / incr_s, 2) if incr_s else 0.0, trace["rounds"],
                   trace["derived"], trace["over"], trace["dr_rows"], fixpoint, equal,
-                  trace["pruned"])
+                  trace["pruned"], trace["parts"])
         rows.append(row)
         print(f"{name} batch {batch} ({kind}, {row.link_rows} link rows): incr {incr_s:.2f} s, "
               f"recompute {recompute_s:.2f} s ({row.speedup}x), duckdb {duckdb_s:.2f} s; "
               f"{row.derived} tuples derived in {row.rounds} rounds ({row.pruned} pruned), "
               f"{row.over} over-deleted, "
               f"|ΔR| {row.dr_rows}, "
+              f"parts of R read {'all' if row.parts is None else row.parts}, "
               f"|R| {fixpoint}{'' if equal else '; ANSWER DIFFERS FROM DUCKDB'}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / f"{name}.csv", "w", newline="") as f:
@@ -249,12 +252,14 @@ def _median(values) -> float | None:
 
 def _markdown(name: str, rows: list[Row], summary: dict) -> str:
     head = ("| batch | kind | link rows | incr s | recompute s | × | duckdb s | derived | pruned "
-            "| rounds | over-deleted | ΔR | R | = DuckDB |\n|" + "---|" * 14 + "\n")
+            "| rounds | over-deleted | ΔR | R | parts of R read | = DuckDB |\n|" + "---|" * 15
+            + "\n")
     body = "".join(f"| {r.batch} | {r.kind} | {r.link_rows} | {r.incr_s} | {r.recompute_s} | "
                    f"{r.speedup} | {r.duckdb_s} | {r.derived} | {r.pruned} | {r.rounds} | "
                    f"{r.over} | "
                    f"{r.dr_rows} | "
-                   f"{r.fixpoint} | {'yes' if r.equal else 'NO'} |\n" for r in rows)
+                   f"{r.fixpoint} | {'all' if r.parts is None else r.parts} | "
+                   f"{'yes' if r.equal else 'NO'} |\n" for r in rows)
     shape = "" if summary["domains_linked"] else \
         f" in {summary['nodes'] // NODES_PER_DOMAIN} separate domains"
     return (f"# incr bench {name}\n\n{summary['nodes']} nodes{shape}, "

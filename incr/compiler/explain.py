@@ -147,6 +147,7 @@ def _explain_recursion(rec: Recursion) -> list[str]:
         f"-- inserts: semi-naive evaluation from the rows a batch adds (each round reads the "
         f"last round's new tuples only)\n-- deletes: {DELETIONS}\n"
         f"-- {_selection(rec)}\n"
+        f"-- {rec.reading()}\n"
         f"-- ΔR is folded into the view's query (above) as a batch of {rec.name}")]
     for i, b in enumerate(rec.base):
         out.append(_section(f"{rec.name}: branch {i + 1} (starts the recursion)",

@@ -94,6 +94,12 @@ SELECTING = ("aggregate selection (seed 004 §6): the query after the CTE reads 
              "beaten by a new one leaves R like a deleted one, and a deletion that takes a best "
              "tuple derives its group again from what is left, bringing back the next best")
 
+#: What ``explain`` says of the part of R a batch reads, when R falls apart by a column.
+PARTS = ("reads of R: the parts a batch reaches. Every step copies {col} from its r tuple, so "
+         "R falls apart by {col}, and a batch can move only the tuples whose {col} is that of a "
+         "tuple the base branches derive from its changed rows or of an r tuple a step joins "
+         "with them; on the driver it reads those (a scan that keeps them), not the closure")
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -129,6 +135,10 @@ class Branch:
     #: ``sql`` joined with a table of groups (slot ``_TARGET``) on the copied group columns
     #: of a :class:`Selection`: every tuple of those groups it derives (None: no such copy).
     grouped: str | None = None
+    #: (slot, its column, r's column) for each equality of the branch between a column of
+    #: r and a column of another slot of the same type: an r tuple joins a row of that slot
+    #: only if the two hold the same value (a step branch; :func:`reach_keys`).
+    keys: tuple[tuple[int, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,6 +152,20 @@ class Recursion:
     sources: tuple[str, ...]  # declared tables the branches read, in order of appearance
     selection: Selection | None = None
     unselected: str = ""  # why there is no aggregate selection (explain)
+    #: A column of r every step copies from its r tuple unchanged (and within the groups of
+    #: the selection, if any): R falls apart by its value, and a batch moves only the parts
+    #: it reaches (:func:`reach_keys`).  None: no such column (explain says why).
+    partition: str | None = None
+    unpartitioned: str = ""  # why there is no partition column (explain)
+
+    def reading(self) -> str:
+        """What ``explain`` says of the part of R a batch reads, and why."""
+        if self.partition is None:
+            return f"reads of R: the whole of R ({self.unpartitioned})"
+        whole = [t for t in self.sources if reach_keys(self, t) is None]
+        return PARTS.format(col=self.partition) + (
+            f"; but a batch of {', '.join(whole)} reads the whole of R (a step reads it "
+            f"without an equality to a column of {self.name})" if whole else "")
 
     def reads(self, table: str) -> bool:
         """Whether a branch reads the declared table ``table``."""
@@ -178,6 +202,37 @@ def changed_sql(rec: Recursion, branches: tuple[Branch, ...], source: str, chang
     parts = [fill(b, {i: changed}, tables) for b in branches
              for i, t in enumerate(b.reads) if t.lower() == source.lower()]
     return union_sql(rec, parts)
+
+
+def reach_keys(rec: Recursion, source: str) -> tuple[tuple[str, str], ...] | None:
+    """How a batch of ``source`` finds the parts of R it can move, or None to read R whole.
+
+    R falls apart by :attr:`Recursion.partition` (every step copies it from its r tuple),
+    so every tuple a batch derives, over-deletes, rederives or beats shares the partition
+    value of a tuple the base branches derive from the changed rows, or of an r tuple a step
+    joins with a changed row.  Those r tuples hold, in some column of r, the value of a
+    column of the changed row (the step's equality): one (source column, r column) pair per
+    occurrence of ``source`` in a step.  None when there is no partition column, or a step
+    reads ``source`` without such an equality.
+    """
+    if rec.partition is None:
+        return None
+    keys = []
+    for b in rec.step:
+        for i, t in enumerate(b.reads):
+            if t.lower() == source.lower():
+                on = [(c, o) for slot, c, o in b.keys if slot == i]
+                if not on:
+                    return None
+                keys.append(on[0])
+    return tuple(keys)
+
+
+def parts_sql(rec: Recursion, rows: list[str]) -> str:
+    """The distinct values of R's partition column among the rows of queries ``rows``."""
+    assert rec.partition is not None and rows
+    col = q(rec.partition)
+    return " UNION ".join(f"SELECT DISTINCT {col} FROM ({r}) AS _p" for r in rows)
 
 
 def round_sql(rec: Recursion, last: str, tables: Mapping[str, str]) -> str | None:
@@ -385,10 +440,12 @@ def prepare(view: ViewDecl, program: Program) -> tuple[ViewDecl, Program, Recurs
         for t in reads:
             if t.lower() != name.lower() and t not in sources:
                 sources.append(t)
+    steps = [r for r, s in zip(rendered, is_step) if s]
+    partition, unpartitioned = _partition(name, columns, steps, selection)
     rec = Recursion(name=name, columns=columns,
                     base=tuple(r for r, s in zip(rendered, is_step) if not s),
-                    step=tuple(r for r, s in zip(rendered, is_step) if s),
-                    sources=tuple(sources), selection=selection, unselected=unselected)
+                    step=tuple(steps), sources=tuple(sources), selection=selection,
+                    unselected=unselected, partition=partition, unpartitioned=unpartitioned)
     tables = (*program.tables, TableDecl(name=name, columns=columns, location=view.location))
     return (replace(view, select=outer.sql(dialect=dialect)),
             replace(program, tables=tables), rec)
@@ -619,6 +676,7 @@ def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, 
         typed = next((h for h in held if h.name.lower() == col.name.lower()), None)
         if typed is not None and typed.type == c.type:  # a copy only if no cast changes it
             copies.append((slot, typed.name, c.name))
+    keys = _keys(tree, aliases, recursive_alias, reads, columns, program)
     rank: exp.Expr = exp.Literal.number(0) if recursive_alias is None else exp.Add(
         this=exp.column(RANK, table=recursive_alias), expression=exp.Literal.number(1))
     tree.set("expressions", [
@@ -649,4 +707,60 @@ def _slotted(select: exp.Select, columns: tuple[Column, ...], program: Program, 
     except Exception as e:
         raise refuse(f"cannot write {select.sql()[:80]} for Spark: {e}") from e
     return Branch(sql=sql, reads=tuple(reads), copies=tuple(copies), targeted=targeted,
-                  grouped=grouped), tuple(reads)
+                  grouped=grouped, keys=keys), tuple(reads)
+
+
+def _keys(tree: exp.Select, aliases: Mapping[str, int], recursive_alias: str | None,
+          reads: list[str], columns: tuple[Column, ...],
+          program: Program) -> tuple[tuple[int, str, str], ...]:
+    """:attr:`Branch.keys`: the equalities ``r.c = t.d`` among the branch's conditions.
+
+    Conditions of WHERE and ON, joined by AND, between a column of r and a column of
+    another slot of the same type, as (slot, the slot's column, r's column).
+    """
+    if recursive_alias is None:
+        return ()
+    r_slot = aliases[recursive_alias.lower()]
+    conditions = [tree.args["where"].this] if tree.args.get("where") is not None else []
+    conditions += [j.args["on"] for j in tree.args.get("joins") or [] if j.args.get("on")]
+    keys: list[tuple[int, str, str]] = []
+    conjuncts = [c.unnest() for cond in conditions
+                 for c in (cond.flatten() if isinstance(cond, exp.And) else [cond])]
+    for cond in conjuncts:
+        if not isinstance(cond, exp.EQ) or not all(
+                isinstance(side, exp.Column) and side.table
+                for side in (cond.this, cond.expression)):
+            continue
+        a, b = cond.this, cond.expression
+        if aliases.get(b.table.lower()) == r_slot:
+            a, b = b, a
+        other = aliases.get(b.table.lower())
+        if aliases.get(a.table.lower()) != r_slot or other is None or other == r_slot:
+            continue
+        decl = program.table(reads[other])
+        r_col = next((c for c in columns if c.name.lower() == a.name.lower()), None)
+        typed = next((c for c in decl.columns if c.name.lower() == b.name.lower()), None) \
+            if decl is not None else None
+        if r_col is not None and typed is not None and r_col.type == typed.type:
+            keys.append((other, typed.name, r_col.name))
+    return tuple(keys)
+
+
+def _partition(name: str, columns: tuple[Column, ...], steps: list[Branch],
+               selection: Selection | None) -> tuple[str | None, str]:
+    """:attr:`Recursion.partition`, or why there is none."""
+    carried = [c.name for c in columns]
+    for b in steps:
+        r_slot = next(i for i, t in enumerate(b.reads) if t.lower() == name.lower())
+        kept = {o for slot, c, o in b.copies if slot == r_slot and c == o}
+        carried = [c for c in carried if c in kept]
+    if not carried:
+        return None, (f"no column of {name} is copied unchanged from the r tuple by every "
+                      f"step, so a change can reach any tuple")
+    if selection is not None:
+        grouped = [c for c in carried if c in selection.group]
+        if not grouped:
+            return None, (f"the aggregate selection compares tuples across values of "
+                          f"{', '.join(carried)}")
+        carried = grouped
+    return carried[0], ""

@@ -60,6 +60,9 @@ class Engine(abc.ABC):
     """What the runtime asks of an engine; names are global to the engine's session."""
 
     name: ClassVar[str]
+    #: Whether :meth:`delta` with ``matching`` registers the matching rows only (rather than
+    #: more): a caller may then find what a change reaches in a few narrow reads.
+    narrows: ClassVar[bool] = False
 
     @abc.abstractmethod
     def table(self, name: str, data: pa.Table) -> str:

@@ -232,6 +232,7 @@ class DriverEngine(Engine):
     """
 
     name = DRIVER
+    narrows = True
 
     def __init__(self, sql: LocalSql, store: DeltaStore | None = None):
         self.sql = sql

@@ -22,7 +22,11 @@ already moved, and skips what committed.
 
 Where it runs: the evaluation of ΔR on the driver-side engine (DuckDB) when the batch is on
 the driver and small, in Spark otherwise, like every other step
-(:class:`~incr.runtime.engine.Engines`).
+(:class:`~incr.runtime.engine.Engines`).  On the driver it reads only the part of R the
+batch can move when R falls apart by a column every step carries (a path's source:
+:attr:`~incr.compiler.recursion.Recursion.partition`): the tuples of the partitions the
+changed rows reach (:meth:`RecursiveRuntime._read_r`), so a closure of millions of paths
+stays on the driver for a batch of a few links.
 """
 
 from __future__ import annotations
@@ -48,8 +52,10 @@ from incr.compiler.recursion import (
     minus_sql,
     mirror_sql,
     named_sql,
+    parts_sql,
     present_sql,
     ranked_sql,
+    reach_keys,
     round_sql,
     signed_sql,
     superseded_sql,
@@ -119,7 +125,7 @@ class RecursiveRuntime(WrappedRuntime):
         answer_at = self.outer.answer.through()
         in_step = answer_at >= 0 and answer_at == self.state_through() < batch
         trace = {"batch": batch, "rounds": 0, "derived": 0, "over": 0, "pruned": 0,
-                 "dr_rows": 0}
+                 "dr_rows": 0, "parts": None}
         folds: list[pa.Table | None] = []
         try:
             dr = None
@@ -198,9 +204,6 @@ class RecursiveRuntime(WrappedRuntime):
         computes on the way."""
         rec, cols = self.rec, self.rec.columns
         p = f"incr_{self.plan.view}_rec_"
-        # R is read by every round's queries: held where the engine reads it fastest.
-        r = engine.hold(p + "r", f"SELECT * FROM "
-                        f"{self._register(engine, p + 'read', self.fixpoint_path, self._r_schema)}")
         before: dict[str, str] = {}  # each source's distinct rows before the batch
         for t in rec.sources:
             decl = self._decl(t)
@@ -225,7 +228,11 @@ class RecursiveRuntime(WrappedRuntime):
         after = {**before, source.lower(): new}
         branches = (*rec.base, *rec.step)
         if not self._kept[changed].num_rows:
+            trace["parts"] = 0  # R is not read at all
             return self._change_schema.empty_table(), mirror
+        # R is read by every round's queries: held where the engine reads it fastest.
+        r = engine.hold(p + "r", "SELECT * FROM " + self._read_r(
+            engine, source, changed, before if sign < 0 else after, trace))
 
         sel = rec.selection if self.aggregate_selection else None
         held_r = r  # R as it was (``r`` may become R with a batch's new tuples)
@@ -356,6 +363,42 @@ class RecursiveRuntime(WrappedRuntime):
             pending = both.group_by(both.column_names, use_threads=False).aggregate([])
         raise self._unbounded()
 
+    def _read_r(self, engine: Engine, source: str, changed: str, tables: dict[str, str],
+                trace: dict) -> str:
+        """Registers the part of R a batch of ``source`` whose changed rows are ``changed``
+        can move: the parts (:attr:`Recursion.partition`) of the tuples the base branches
+        derive from the changed rows and of the r tuples a step joins with them
+        (:func:`reach_keys`); the whole of R when the recursion does not fall apart so.
+
+        The driver then holds what the batch reaches, not the closure: a few links of a
+        network of millions of paths read the paths from the nodes that reach them.
+        """
+        p = f"incr_{self.plan.view}_rec_"
+        path, rec = self.fixpoint_path, self.rec
+        keys = reach_keys(rec, source)
+        if keys is None or not engine.narrows or not self.store.exists(path):
+            return self._register(engine, p + "read", path, self._r_schema)
+        rows = self._kept[changed]
+        matching: dict[str, pa.Array] = {}
+        for column, r_column in keys:
+            values = rows.column(column).combine_chunks()
+            if r_column in matching:
+                values = pa.concat_arrays([matching[r_column], values])
+            matching[r_column] = values
+        reached = []
+        if matching:
+            reached.append(f"SELECT * FROM {engine.delta(p + 'joined', path, matching=matching)}")
+        base = changed_sql(rec, rec.base, source, changed, tables)
+        if base is not None:
+            reached.append(base)
+        part = pa.schema([self._r_schema.field(rec.partition)])
+        parts = engine.collect(parts_sql(rec, reached), part).column(0).combine_chunks() \
+            if reached else pa.array([], part.field(0).type)
+        trace["parts"] = len(parts)
+        if not len(parts):
+            return engine.table(p + "read", self._r_schema.empty_table())
+        return engine.delta(p + "read", path, matching={rec.partition: parts})
+
     def _unbounded(self) -> InputError:
         return InputError(f"view {self.plan.view}: the recursion of {self.rec.name} did not "
                           f"reach a fixpoint in {MAX_ROUNDS} rounds; bound it (e.g. WHERE hops "
@@ -418,11 +461,31 @@ class RecursiveRuntime(WrappedRuntime):
         path = self.fixpoint_path
         what = f"incr fixpoint of view {self.plan.view}'s recursive {self.rec.name}"
         if not self.store.exists(path) or not removed.num_rows:
+            created = not self.store.exists(path)
             self.store.write(path, added.cast(self._r_schema), mode="append", batch=number,
                              description=what)
+            if created:
+                self._ready_fixpoint()
             return
         self.store.replace_rows(path, removed, added, batch=number)
         self.store.compact_files(path, tuple(self._r_schema.names), COMPACT_FILES_PER_BUCKET)
+
+    def _ready_fixpoint(self) -> None:
+        """Readies R, just created by a first load, for the batches after it: deletion
+        vectors on, and its large files mirrored by each integer column a batch searches
+        them by (the partition column, the columns a changed row is joined on: see
+        :meth:`_read_r`), so the first batch after a load costs what later ones do and the
+        load pays for the mirrors (as :meth:`~incr.runtime.state.ViewState.ready_for_vectors`
+        does for a state table)."""
+        path = self.fixpoint_path
+        self.store.enable_deletion_vectors(path)
+        if self.rec.partition is None:
+            return
+        keys = [self.rec.partition, *(r_column for t in self.rec.sources
+                                      for _, r_column in reach_keys(self.rec, t) or ())]
+        for key in dict.fromkeys(keys):
+            if pa.types.is_integer(self._r_schema.field(key).type):
+                self.store.mirror_files(path, key)
 
 
 def _net(change: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -110,3 +110,5 @@ def test_transit_stub_is_the_seeds_topology_and_the_recursive_bench_checks_every
     assert [r["kind"] for r in rows] == ["insert", "delete", "insert"]
     assert rows[0]["fixpoint"] == "10000"  # connected: every node reaches every node
     assert all(r["equal"] == "True" for r in rows)
+    # a first load has no R to read; later batches read the parts of R they reach (by src)
+    assert rows[0]["parts"] == "" and all(0 < int(r["parts"]) <= 100 for r in rows[1:])

@@ -139,3 +139,49 @@ def test_no_aggregate_selection_where_a_beaten_tuple_could_matter(where, query, 
     rec = compile_text(_paths(where, query, cost)).plans[0].recursion
     assert rec.selection is None and says in rec.unselected, rec.unselected
     assert "no aggregate selection" in explain_program(compile_text(_paths(where, query, cost)))
+
+
+@pytest.mark.parametrize("step, partition, keys", [
+    (STEP, "src", ((1, "src", "dst"),)),  # r.src carried; r.dst = l.src finds what a link joins
+    ("SELECT l.src, r.dst FROM links l JOIN r ON l.dst = r.src", "dst", ((0, "dst", "src"),)),
+    ("SELECT r.src, l.dst FROM r, links l WHERE (l.src = r.dst) AND l.cost > 0", "src",
+     ((1, "src", "dst"),)),
+])
+def test_r_falls_apart_by_a_column_every_step_carries(step, partition, keys):
+    """The partition column, and the equalities by which a changed link finds the r tuples
+    a step joins it with: a batch of links reads the parts of R those reach."""
+    from incr.compiler.recursion import reach_keys
+
+    rec = compile_text(_view(f"SELECT src, dst FROM links UNION {step}")).plans[0].recursion
+    assert rec.partition == partition, rec.unpartitioned
+    assert rec.step[0].keys == keys
+    assert reach_keys(rec, "links") == tuple((c, o) for _, c, o in keys)
+    assert f"R falls apart by {partition}" in explain_program(
+        compile_text(_view(f"SELECT src, dst FROM links UNION {step}")))
+
+
+@pytest.mark.parametrize("text, says", [
+    (_view("SELECT src, dst FROM links UNION SELECT r.dst, l.dst FROM r JOIN links l "
+           "ON r.src = l.src"), "no column of r is copied unchanged"),
+    (_paths("WHERE p.hops < 5", "SELECT dst, MIN(src) AS s FROM p GROUP BY dst"),
+     "compares tuples across values of src"),
+])
+def test_r_is_read_whole_where_a_change_can_reach_any_part(text, says):
+    rec = compile_text(text).plans[0].recursion
+    assert rec.partition is None and says in rec.unpartitioned
+    assert f"the whole of R ({rec.unpartitioned})" in explain_program(compile_text(text))
+
+
+def test_a_source_a_step_joins_to_no_column_of_r_reads_r_whole():
+    """links read twice in the step: its second occurrence joins the first, not r, so a
+    changed link may extend any path; active is joined to r, so it narrows."""
+    from incr.compiler.recursion import reach_keys
+
+    text = TABLES + ("CREATE TABLE active (node BIGINT);\nCREATE VIEW v AS WITH RECURSIVE r "
+                     "(src, dst) AS (SELECT src, dst FROM links UNION SELECT r.src, m.dst FROM "
+                     "r JOIN active a ON a.node = r.dst JOIN links l ON r.dst = l.src "
+                     "JOIN links m ON l.dst = m.src) SELECT * FROM r;\n")
+    rec = compile_text(text).plans[0].recursion
+    assert rec.partition == "src"
+    assert reach_keys(rec, "links") is None and reach_keys(rec, "active") == (("node", "dst"),)
+    assert "a batch of links reads the whole of R" in explain_program(compile_text(text))

@@ -30,6 +30,9 @@ REACH = ("WITH RECURSIVE r (src, dst) AS (SELECT src, dst FROM links UNION "
 PROGRAM = GRAPH + f"""
 CREATE VIEW reach AS {REACH} SELECT src, dst FROM r;
 CREATE VIEW fanout AS {REACH} SELECT src, COUNT(*) AS n FROM r GROUP BY src;
+CREATE VIEW fanin AS WITH RECURSIVE b (src, dst) AS (SELECT src, dst FROM links UNION
+        SELECT l.src, b.dst FROM links AS l JOIN b ON l.dst = b.src)
+    SELECT dst, COUNT(*) AS n FROM b GROUP BY dst;
 CREATE VIEW two_more AS {REACH}
     SELECT r.src, COUNT(*) AS n, MAX(l.dst) AS top FROM r JOIN links l ON r.dst = l.src GROUP BY r.src;
 CREATE VIEW paths AS WITH RECURSIVE p (src, dst, hops) AS (
@@ -196,6 +199,44 @@ def test_a_delete_moves_r_in_place_by_deletion_vectors(tmp_path):
     assert [a for name, a in after.items() if name in before and a.get("deletionVector")]
     assert sorted(tuple(t.values()) for t in store.read(path).to_pylist()) == [
         (0, 1, 0), (0, 2, 2), (0, 3, 0), (0, 4, 1), (3, 2, 1), (3, 4, 0), (4, 2, 0)]
+
+
+def test_a_batch_reads_only_the_parts_of_r_it_reaches(tmp_path, monkeypatch):
+    """R falls apart by src (the step copies r.src).  Two chains 0→1→2→3 and 10→11→12→13:
+    inserting 3→4 can only move the paths from 3 (the link's own) and from the nodes whose
+    paths end at 3 (0, 1, 2), so the driver reads their 6 tuples of R, not all 12; deleting
+    11→12 reads the 5 paths from 10 and 11."""
+    from incr.runtime.store import DeltaStore
+
+    compiled, landing, warehouse, pipeline = _reach_pipeline(tmp_path, True)
+    reads: list[tuple[str, int]] = []
+    original = DeltaStore.read_matching
+
+    def spy(self, path, matching, *args, **kwargs):
+        rows = original(self, path, matching, *args, **kwargs)
+        if Path(path).name == "_fixpoint":
+            reads.append((next(iter(matching)), rows.num_rows))
+        return rows
+
+    monkeypatch.setattr(DeltaStore, "read_matching", spy)
+    chains = [(0, 1), (1, 2), (2, 3), (10, 11), (11, 12), (12, 13)]
+    _land(landing, "links", 0, chains, False)
+    pipeline.run()
+    assert pipeline.store.row_count(pipeline.views["reach"].fixpoint_path) == 12
+    reads.clear()
+    _land(landing, "links", 1, [(3, 4)], False)
+    assert pipeline.run().rejected is None
+    assert pipeline.views["reach"].log[-1]["parts"] == 4
+    assert reads[:2] == [("dst", 3), ("src", 6)]  # paths ending at 3; then the paths from 0-3
+    reads.clear()
+    _land(landing, "links", 2, [(11, 12)], True)
+    assert pipeline.run().rejected is None
+    assert pipeline.views["reach"].log[-1]["parts"] == 2
+    assert reads[:2] == [("dst", 1), ("src", 5)]
+    closure = {(a, b) for a, b in [(0, 1), (1, 2), (2, 3), (3, 4), (10, 11), (12, 13)]}
+    for _ in range(4):
+        closure |= {(a, d) for a, b in closure for c, d in closure if b == c}
+    assert _reached(warehouse, compiled) == sorted(closure)
 
 
 class _Crash(Exception):
