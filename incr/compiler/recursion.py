@@ -608,11 +608,7 @@ def _keeps_better(step: exp.Select, name: str, columns: tuple[Column, ...],
         if n and (direction is None or not grows(value, direction)):
             return (f"a step derives {c.name} as {value.sql()[:40]}, which a better tuple of "
                     f"{name} could make worse")
-    conditions = [step.args["where"].this] if step.args.get("where") is not None else []
-    conditions += [j.args["on"] for j in step.args.get("joins") or [] if j.args.get("on")]
-    conjuncts = [c for cond in conditions
-                 for c in (cond.flatten() if isinstance(cond, exp.And) else [cond])]
-    for cond in conjuncts:
+    for cond in _conjuncts(step):
         n = sum(1 for col in cond.find_all(exp.Column) if ordered(col) is not None)
         if not n:
             continue
@@ -623,6 +619,14 @@ def _keeps_better(step: exp.Select, name: str, columns: tuple[Column, ...],
     if accounted != sum(1 for col in step.find_all(exp.Column) if ordered(col) is not None):
         return f"a step reads an ordered column of {name} elsewhere than in its outputs or conditions"
     return ""
+
+
+def _conjuncts(select: exp.Select) -> list[exp.Expr]:
+    """The conditions of a branch's WHERE and ON clauses, split at AND (parentheses off)."""
+    conditions = [select.args["where"].this] if select.args.get("where") is not None else []
+    conditions += [j.args["on"] for j in select.args.get("joins") or [] if j.args.get("on")]
+    return [c.unnest() for cond in conditions
+            for c in (cond.flatten() if isinstance(cond, exp.And) else [cond])]
 
 
 def _holds_for_better(cond: exp.Expr, grows: Callable[[exp.Expr, bool], bool],
@@ -721,12 +725,8 @@ def _keys(tree: exp.Select, aliases: Mapping[str, int], recursive_alias: str | N
     if recursive_alias is None:
         return ()
     r_slot = aliases[recursive_alias.lower()]
-    conditions = [tree.args["where"].this] if tree.args.get("where") is not None else []
-    conditions += [j.args["on"] for j in tree.args.get("joins") or [] if j.args.get("on")]
     keys: list[tuple[int, str, str]] = []
-    conjuncts = [c.unnest() for cond in conditions
-                 for c in (cond.flatten() if isinstance(cond, exp.And) else [cond])]
-    for cond in conjuncts:
+    for cond in _conjuncts(tree):
         if not isinstance(cond, exp.EQ) or not all(
                 isinstance(side, exp.Column) and side.table
                 for side in (cond.this, cond.expression)):
