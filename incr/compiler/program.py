@@ -38,6 +38,7 @@ DEFAULT_OPTIONS: dict[str, str] = {
     "buckets": "8",
     "schedule": "",
     "on_failure": "",
+    "share": "on",
 }
 
 _HOOK = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -115,6 +116,7 @@ class Options:
     buckets: int = 8
     schedule: str | None = None
     on_failure: str | None = None  # package.module:function, called when a DAG task fails
+    share: bool = True  # views over the same source keep one state where they can (share pass)
 
 
 @dataclass(frozen=True)
@@ -233,8 +235,13 @@ def _parse_options(text: str, path: str) -> Options:
     if hook is not None and not _HOOK.match(hook):
         raise ParseError(f"header option on_failure must name a function as package.module:function, "
                          f"got {hook!r}", Location(path, 1))
+    share = values["share"].strip().lower()
+    if share not in ("on", "off"):
+        raise ParseError(f"header option share must be on or off, got {values['share']!r}",
+                         Location(path, 1))
     return Options(dialect=dialect, append_only=append_only, buckets=buckets,
-                   schedule=values["schedule"].strip() or None, on_failure=hook)
+                   schedule=values["schedule"].strip() or None, on_failure=hook,
+                   share=share == "on")
 
 
 def _split_statements(text: str, path: str, dialect: str) -> list[tuple[str, int, int]]:
