@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from incr.compiler import iterate, recursion
-from incr.compiler.compilation import Compilation
+from incr.compiler.compilation import Compilation, build_stage
 from incr.compiler.passes import run_passes
-from incr.compiler.plan import IncrementalPlan, StagePlan
+from incr.compiler.passes.share import Share, share, why_alone
+from incr.compiler.plan import IncrementalPlan
 from incr.compiler.program import Program, ViewDecl, load_program, parse_program
 from incr.compiler.translate import StageTranslation, translate
 from incr.errors import Location, NotIncrementalizableError
@@ -24,6 +25,8 @@ class CompiledProgram:
 
     program: Program
     plans: tuple[IncrementalPlan, ...]
+    shares: tuple[Share, ...] = ()  # the states several views keep as one (the share pass)
+    alone: tuple[tuple[str, str], ...] = ()  # (view, why it shares no state)
 
     @property
     def name(self) -> str:
@@ -49,8 +52,24 @@ def compile_text(text: str, path: str = "<program>", name: str | None = None) ->
 
 
 def compile_parsed(program: Program) -> CompiledProgram:
-    """Compiles every view of an already parsed program."""
-    return CompiledProgram(program, tuple(compile_view(program, v) for v in program.views))
+    """Compiles every view of an already parsed program.
+
+    Then the views that can keep one state share it (:mod:`incr.compiler.passes.share`).
+    """
+    plans = tuple(compile_view(program, v) for v in program.views)
+    alone: list[tuple[str, str]] = []
+    starts: dict[str, Compilation] = {}
+    for view, plan in zip(program.views, plans):
+        why = why_alone(plan, view)
+        if why is not None:
+            alone.append((plan.view, why))
+        elif program.options.share:
+            starts[plan.view] = run_passes(start(program, view), until="lineage")
+    sharing = share(program, plans, starts)
+    order = {p.view: i for i, p in enumerate(plans)}
+    reasons = sorted([*alone, *sharing.alone], key=lambda pair: order[pair[0]])
+    return CompiledProgram(program, sharing.plans, sharing.shares,
+                           tuple(dict(reasons).items()))
 
 
 def start(program: Program, view: ViewDecl) -> Compilation:
@@ -100,17 +119,3 @@ def compile_view(program: Program, view: ViewDecl) -> IncrementalPlan:
                            stages=stages, sources=tuple(landed),
                            source_tables=tuple(program.declared(s) for s in read),
                            iteration=iteration, recursion=rec)
-
-
-def build_stage(c: Compilation) -> StagePlan:
-    """Assembles one stage's plan from a compilation that went through every pass."""
-    assert c.answer is not None and c.tables is not None and c.h is not None
-    assert c.merge is not None and c.diminish is not None and c.diffuse is not None
-    assert c.signed is not None
-    return StagePlan(
-        name=c.stage, branches=c.branches, source=c.source.name,
-        source_columns=c.source.columns, append_only=c.source.append_only, logical=c.rel,
-        lineage=c.lineage or (), tables=c.tables, h=c.h, merge=c.merge, diminish=c.diminish,
-        signed=c.signed, diffuse=c.diffuse, answer=c.answer, buckets=c.h[0].buckets,
-        output=tuple(e.name for e in c.answer.exprs), replace=c.replace or (), kept=c.kept,
-        keep=c.keep)

@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from incr.compiler.ir import Branch, Named, Rel, reads_directly
-from incr.compiler.plan import Answer, DiffusionSpec, HQuery, MergeSpec, StateTable, StateValue
+from incr.compiler.plan import (
+    Answer,
+    DiffusionSpec,
+    HQuery,
+    MergeSpec,
+    StagePlan,
+    StateTable,
+    StateValue,
+)
 from incr.compiler.program import Program, TableDecl, ViewDecl
 from incr.compiler.scalar import Scalar
 
@@ -85,3 +93,17 @@ class Compilation:
     def direct(self) -> bool:
         """True when the stage reads one input with no join (h runs on its batches)."""
         return reads_directly(self.branches)
+
+
+def build_stage(c: Compilation) -> StagePlan:
+    """Assembles one stage's plan from a compilation that went through every pass."""
+    assert c.answer is not None and c.tables is not None and c.h is not None
+    assert c.merge is not None and c.diminish is not None and c.diffuse is not None
+    assert c.signed is not None
+    return StagePlan(
+        name=c.stage, branches=c.branches, source=c.source.name,
+        source_columns=c.source.columns, append_only=c.source.append_only, logical=c.rel,
+        lineage=c.lineage or (), tables=c.tables, h=c.h, merge=c.merge, diminish=c.diminish,
+        signed=c.signed, diffuse=c.diffuse, answer=c.answer, buckets=c.h[0].buckets,
+        output=tuple(e.name for e in c.answer.exprs), replace=c.replace or (), kept=c.kept,
+        keep=c.keep)

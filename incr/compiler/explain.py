@@ -66,8 +66,19 @@ def explain_program(compiled: CompiledProgram, stored: Mapping[str, Stored] | No
         cols = ", ".join(f"{c.name} {c.type}{' NOT NULL' if c.not_null else ''}" for c in t.columns)
         mode = "append-only" if t.append_only else "inserts and deletes"
         header.append(f"  source {t.name}({cols}) -- {mode}")
+    header += _explain_sharing(compiled)
     return "\n".join(header) + "\n\n" + "\n\n".join(
         explain_plan(p, (stored or {}).get(p.view)) for p in compiled.plans) + "\n"
+
+
+def _explain_sharing(compiled: CompiledProgram) -> list[str]:
+    """Which views keep one state, by which rule (seed 003 §3.2), and why the others don't."""
+    if len(compiled.plans) < 2:
+        return []
+    lines = ["  state sharing (one fold and one MERGE per batch for each shared state):"]
+    lines += [f"    {s.describe()}" for s in compiled.shares]
+    lines += [f"    {view} keeps its own state: {why}" for view, why in compiled.alone]
+    return lines
 
 
 def explain_plan(plan: IncrementalPlan, stored: Stored | None = None) -> str:
@@ -78,6 +89,10 @@ def explain_plan(plan: IncrementalPlan, stored: Stored | None = None) -> str:
     """
     out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, answer {plan.answer_fingerprint})"]
     out.append(_section("query", plan.select.strip()))
+    if plan.shares is not None:
+        out.append(_section("state: shared", f"the state tables below are {plan.shares}'s, "
+                            f"kept once for every view sharing it; a reads this view's "
+                            f"aggregates from them"))
     if len(plan.stages) > 1:
         flow = " → ".join(s.name or plan.view for s in plan.stages)
         out.append(_section("stages (producers first)", f"{flow}\n"

@@ -398,6 +398,16 @@ class IncrementalPlan:
     source_tables: tuple[TableDecl, ...] = ()
     iteration: Iteration | None = None  # set for an iterative view (the plan is its STEP's)
     recursion: Recursion | None = None  # set for a recursive view (the plan is its outer query's)
+    shares: str | None = None  # the shared state this view's answer reads (the share pass)
+
+    @property
+    def state_owner(self) -> str:
+        """The name the view's state directory and lock go by.
+
+        The shared state's, when the view shares one with other views of its program, else
+        the view's own.
+        """
+        return self.shares or self.view
 
     @property
     def top(self) -> StagePlan:

@@ -78,7 +78,7 @@ class AnswerTable:
         another answer query or from another state generation)."""
         commit = self.store.last_commit(self.path)
         if commit.get(ANSWER_FP) != self.plan.answer_fingerprint or \
-                served_state(commit) != self.state.root.name:
+                served_state(commit) != self.state.served_name:
             return -1
         return self.store.applied_through(self.path)
 
@@ -349,7 +349,7 @@ class AnswerTable:
     def _metadata(self, batch: int) -> dict[str, str]:
         return {ANSWER_FP: self.plan.answer_fingerprint,
                 "incr.state_fingerprint": self.plan.state_fingerprint,
-                STATE_KEY: self.state.root.name,
+                STATE_KEY: self.state.served_name,
                 "incr.program": self.plan.program, BATCH_KEY: str(batch)}
 
 

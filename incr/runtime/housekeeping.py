@@ -66,7 +66,8 @@ def maintain(pipeline: Pipeline, config: Settings | None = None) -> list[TableUp
             if store.exists(view.answer_path):
                 kept = versions_of_last_batches(store, view.answer_path, config.keep_batches)
                 out.append(_upkeep(store, view.answer_path, "answer", config.keep_hours, kept))
-        internal = [p for v in pipeline.views.values() for p in delta_tables(v.view_root)]
+        roots = dict.fromkeys(v.view_root for v in pipeline.views.values())  # shared ones once
+        internal = [p for root in roots for p in delta_tables(root)]
         internal += list(delta_tables(pipeline.meta))
         for path in internal:
             out.append(_upkeep(store, path, "internal", 0.0, ()))

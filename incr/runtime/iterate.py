@@ -72,6 +72,7 @@ from incr.runtime.maintain import (
     union_touched,
 )
 from incr.runtime.recursion import RecursiveRuntime
+from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
 from incr.runtime.types import arrow_schema, nullable, signed
 
@@ -88,14 +89,16 @@ SEED = "incr.seed_batch"
 
 
 def view_runtime(plan: IncrementalPlan, store: DeltaStore, engines: Engines,
-                 warehouse: Path) -> ViewRuntime | IterativeRuntime | RecursiveRuntime:
+                 warehouse: Path, state: ViewState | None = None,
+                 ) -> ViewRuntime | IterativeRuntime | RecursiveRuntime:
     """The runtime of a view: the loop for an iterative view, the fixpoint beside the query
-    for a recursive one, else the plain one."""
+    for a recursive one, else the plain one (with ``state``, when given: the state object of
+    the views it shares state with)."""
     if plan.iteration is not None:
         return IterativeRuntime(plan, store, engines, warehouse)
     if plan.recursion is not None:
         return RecursiveRuntime(plan, store, engines, warehouse)
-    return ViewRuntime(plan, store, engines, warehouse)
+    return ViewRuntime(plan, store, engines, warehouse, state)
 
 
 def _once(register: Callable[[], None] | None) -> Callable[[], None] | None:

@@ -58,11 +58,14 @@ class ViewRuntime:
     """The state and answer tables of one view, and how batches reach them."""
 
     def __init__(self, plan: IncrementalPlan, store: DeltaStore, engines: Engines,
-                 warehouse: Path):
+                 warehouse: Path, state: ViewState | None = None):
+        """``state``: the state object of another view sharing this one's
+        (:attr:`IncrementalPlan.shares`), so the first of them to take a batch folds it
+        and the others publish from what it folded."""
         self.plan = plan
         self.store = store
         self.engines = engines
-        self.state = ViewState(plan, store, warehouse, engines)
+        self.state = state or ViewState(plan, store, warehouse, engines)
         self.answer = AnswerTable(plan, store, self.state, engines, warehouse)
         self.view_root = self.state.view_root
         self.answer_path = self.answer.path
@@ -131,8 +134,14 @@ class ViewRuntime:
         # The answer may follow by change only from the state it was computed from: both at
         # the same batch before this fold (not, say, state already folded by a crashed run).
         answer_at = self.answer.through()
-        in_step = answer_at >= 0 and answer_at == self.state_through() < batch
+        before = self.state_through()
         touched = self._fold(batch, changes, -1 if kind == DELETE else 1, metrics)
+        if touched is not None or metrics.engine:
+            self.state.folded = (batch, before, touched)
+        elif self.plan.shares is not None and self.state.folded[0] == batch:
+            _, before, touched = self.state.folded  # another view sharing the state folded it
+            metrics.engine = "shared"
+        in_step = answer_at >= 0 and answer_at == before < batch
         faults.crash_point("view.after_state", batch)
         if held_back(metrics, batch, publish_at):
             return metrics
@@ -280,6 +289,9 @@ class ViewRuntime:
         served answer was computed from, until this one has published (a change rejected
         or abandoned midway then costs no rebuild to go back); returns the names removed."""
         keep = None if self.answer.through() >= 0 else self.answer.served()[1]
+        if keep is not None:  # the name of a generation of this view's state directory, if any
+            owner, _, generation = keep.rpartition("/")
+            keep = generation if owner == (self.plan.shares or "") else None
         return self.state.drop_stale(keep)
 
     def refresh(self) -> Path:

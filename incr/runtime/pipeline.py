@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from incr.compiler import CompiledProgram
+from incr.compiler.passes.share import is_owned_by
 from incr.compiler.program import TableDecl
 from incr.config import Settings
 from incr.errors import InputError, Location, OutOfRangeError, StorageError
@@ -51,6 +52,7 @@ from incr.runtime.progress import Emit, Progress
 from incr.runtime.rowindex import RowIndex
 from incr.runtime.schemas import SchemaLog
 from incr.runtime.slicing import Part, parts, slice_budget
+from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore, check_table_root
 
 if TYPE_CHECKING:
@@ -198,9 +200,22 @@ class Pipeline:
     @property
     def views(self) -> dict[str, ViewRuntime]:
         if self._views is None:
-            self._views = {p.view: view_runtime(p, self.store, self.engines, self.warehouse)
-                           for p in self.compiled.plans}
+            shared: dict[str, ViewState] = {}  # views sharing a state share its object
+            self._views = {}
+            for p in self.compiled.plans:
+                state = None
+                if p.shares is not None:
+                    state = shared.setdefault(p.shares, ViewState(p, self.store, self.warehouse,
+                                                                  self.engines))
+                self._views[p.view] = view_runtime(p, self.store, self.engines, self.warehouse,
+                                                   state)
         return self._views
+
+    @property
+    def owners(self) -> tuple[str, ...]:
+        """The names the program's view locks go by: a view's own, or its shared state's
+        for views that share one (they must not fold into it at once)."""
+        return tuple(dict.fromkeys(p.state_owner for p in self.compiled.plans))
 
     def _view_runtime(self, name: str) -> ViewRuntime:
         for key, runtime in self.views.items():
@@ -211,7 +226,7 @@ class Pipeline:
 
     def hold_everything(self) -> contextlib.AbstractContextManager[None]:
         """Every lock of the program: a whole run or a skip writes anything."""
-        return self.locks.hold(ledger=True, indexes=tuple(self.indexes), views=tuple(self.views))
+        return self.locks.hold(ledger=True, indexes=tuple(self.indexes), views=self.owners)
 
     # -- what is there ---------------------------------------------------------------------------
     def register(self) -> int:
@@ -275,6 +290,48 @@ class Pipeline:
         """The views (of ``chosen``, if given) that read ``batch`` and have not applied it yet."""
         return [v for v in self._consumers(batch) if progress.views[v.plan.view] < batch.seq
                 and (chosen is None or v.plan.view in chosen) and v.plan.view not in progress.waiting]
+
+    def _publish_from_shared_state(self, runtimes: Iterable[ViewRuntime], target: int) -> None:
+        """Publishes a(state) for each view whose shared state other views already brought
+        past its answer, instead of reading every batch again to fold nothing.
+
+        A view added to a program whose shared state holds what it needs (its aggregates
+        are among those the state keeps: the state's fingerprint is unchanged) costs one
+        answer computation; a view whose shared state was rebuilt by another view's task
+        swaps its answer in once the state reaches ``target``, the last batch to apply.
+        An answer of this definition that lags behind its state is left to the batches,
+        which publish each one's version (time travel shows every batch).
+        """
+        for v in runtimes:
+            if not isinstance(v, ViewRuntime) or v.plan.shares is None:
+                continue
+            at = v.state_through()
+            if at < 0 or v.furthest() != at or v.answer_through() >= 0:
+                continue  # no state yet, a step half folded, or an answer of this definition
+            if v.answer.served()[0] < 0 or at >= target:
+                log.info("view %s: publishing its answer at batch %d from the state it shares "
+                         "(%s)", v.plan.view, at, v.plan.shares)
+                v.publish(at)
+
+    def _drop_unshared_state(self) -> list[str]:
+        """Removes the state directories no view of the program reads any more: a view's
+        own once it publishes from a state it shares, a shared state once no view shares
+        it and every view publishes from its current state (the caller holds every lock)."""
+        root = self.warehouse / "state"
+        owners = set(self.owners)
+        gone: list[str] = []
+        caught_up = all(v.answer_through() >= 0 for v in self.views.values())
+        for v in self.views.values():
+            own = root / v.plan.view
+            if v.plan.shares is not None and v.answer_through() >= 0 and own.is_dir():
+                gone.append(own.name)
+        if caught_up and root.is_dir():
+            gone += [child.name for child in root.iterdir() if child.is_dir()
+                     and child.name not in owners and is_owned_by(child.name, self.compiled.name)]
+        for name in gone:
+            log.info("removing state %s: no view of program %s reads it", name, self.compiled.name)
+            self.store.remove(root / name)
+        return gone
 
     def _chosen(self, views: Iterable[str] | None) -> set[str] | None:
         """The views named (any case), or None for all."""
@@ -343,8 +400,12 @@ class Pipeline:
             self._check_answer_ownership()
             sweep_slices(self.scratch)
             report.registered = self._register_or_reject(report)
-            progress = self._progress()
             batches = self.ledger.batches() if report.rejected is None else []
+            last = max((b.seq for b in batches), default=-1)
+            self._publish_from_shared_state(
+                [v for n, v in self.views.items() if chosen is None or n in chosen],
+                last if through is None else min(through, last))
+            progress = self._progress()
             publish_at = {name: self._publish_at(v, batches, progress, through)
                           for name, v in self.views.items()}
             meter = _meter(emit, [b for b in batches if (through is None or b.seq <= through)
@@ -374,6 +435,7 @@ class Pipeline:
                 meter.finish()
             for v in self.views.values():
                 v.drop_stale_state()
+            self._drop_unshared_state()
         self._log(report)
         return report
 
@@ -423,7 +485,8 @@ class Pipeline:
         out: list[ViewMetrics] = []
         if through is None:
             return out
-        with self.locks.hold(views=(runtime.plan.view,)):
+        with self.locks.hold(views=(runtime.plan.state_owner,)):
+            self._publish_from_shared_state([runtime], through)
             progress = self._progress()
             batches = self.ledger.batches()
             publish_at = {runtime.plan.view: self._publish_at(runtime, batches, progress, through)}
@@ -515,7 +578,7 @@ class Pipeline:
         and its answer keeps being served until the new one has caught up and takes over
         in one commit.  Returns the new generation's directory."""
         runtime = self._view_runtime(view)
-        with self.locks.hold(views=(runtime.plan.view,)):
+        with self.locks.hold(views=(runtime.plan.state_owner,)):
             return runtime.refresh()
 
     def _publish_at(self, view: ViewRuntime, batches: list[Batch], progress: _Progress,

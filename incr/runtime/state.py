@@ -63,7 +63,8 @@ INSERT, SIGNED, REPLACED = "insert", "signed", "replaced"
 
 
 class ViewState:
-    """The state tables of one view (one state fingerprint)."""
+    """The state tables of one view (one state fingerprint), or of the views that share
+    them (:mod:`incr.compiler.passes.share`): one object for them all in a run."""
 
     def __init__(self, plan: IncrementalPlan, store: DeltaStore, warehouse: Path,
                  engines: Engines | None = None):
@@ -72,11 +73,14 @@ class ViewState:
         self.plan = plan
         self.store = store
         self.engines = engines
-        self.view_root = warehouse / "state" / plan.view
+        self.view_root = warehouse / "state" / plan.state_owner
         self._ready: Path | None = None  # the generation whose tables are known to exist
         #: The live rows of the touched groups, per main table of the view's own stage, that
         #: a fold by deletion vectors wrote for a batch: ``(batch, {table: rows})``.
         self._touched_rows: tuple[int, dict[str, pa.Table]] = (-1, {})
+        #: The last fold: ``(batch, the batch the state was at before it, the groups it
+        #: touched)``, so the other views sharing the state publish by change after it.
+        self.folded: tuple[int, int, pa.Table | None] = (-1, -1, None)
 
     @property
     def root(self) -> Path:
@@ -96,6 +100,14 @@ class ViewState:
                 if child.name.startswith(prefix) and child.name[len(prefix):].isdigit():
                     newest = max(newest, int(child.name[len(prefix):]))
         return newest
+
+    @property
+    def served_name(self) -> str:
+        """How an answer computed from this state names it (the answer's ``incr.state``):
+        the generation's directory, under the shared state's name when views share it, so
+        a view that starts or stops sharing never takes another state for its own."""
+        name = self.root.name
+        return name if self.plan.shares is None else f"{self.plan.shares}/{name}"
 
     def generation_name(self, generation: int) -> str:
         """The directory name of a generation of this view's state."""

@@ -747,7 +747,9 @@ class DeltaStore:
             parts = []
             for name in names:
                 add = adds[name]
-                data = pq.read_table(root / unquote(name))
+                # A file delta-rs wrote from string_view data reads back as string_view,
+                # which Arrow cannot filter: plain strings.
+                data = lookup.plain(pq.read_table(root / unquote(name)))
                 if add.get("deletionVector") is not None:
                     gone = deleted_of(name, add)
                     keep = np.ones(data.num_rows, dtype=bool)

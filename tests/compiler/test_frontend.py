@@ -241,10 +241,11 @@ def test_every_fixture_is_a_step(name: str) -> None:
 
 
 def test_every_step_and_pass_has_a_fixture() -> None:
+    from incr.compiler.passes import PROGRAM_PASSES
     from tests.compiler.test_passes import RENDER as PASS_RENDER
 
     files = {p.stem for p in Path(FIXTURES).glob("*.sql")}
-    assert files == set(RENDER) | set(PASS_RENDER)
+    assert files == set(RENDER) | set(PASS_RENDER) | set(PROGRAM_PASSES)
     assert {s.__name__ for s in (*FRONTEND, *BLOCK)} == set(RENDER)
 
 

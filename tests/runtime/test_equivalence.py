@@ -57,9 +57,13 @@ HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 
 @st.composite
-def aggregate_view(draw, name: str) -> str:
-    n_keys = draw(st.integers(0, 2))
-    keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
+def aggregate_view(draw, name: str, keys: list[str] | None = None, where: str | None = None) -> str:
+    """A view; with ``keys`` and ``where`` given, one of a family over the same input and
+    grouping (views that share one state, unless the program turns sharing off)."""
+    family = keys is not None
+    if keys is None:
+        n_keys = draw(st.integers(0, 2))
+        keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
     aggs = draw(st.lists(st.sampled_from(AGGREGATES), min_size=1, max_size=4, unique=True))
     items = [f"{k} AS g{i}" for i, k in enumerate(keys)]
     # Unaliased aggregates are named as DuckDB names them (``count_star()``, ``sum(v)``).
@@ -68,12 +72,15 @@ def aggregate_view(draw, name: str) -> str:
         items.append("COUNT(*) * 2 + SUM(v) AS combo")
     # Grouping sets (a fifth of the grouped views): ROLLUP, CUBE or GROUPING SETS of the keys,
     # with GROUPING() among the items and first in ORDER BY (with the keys, a total order).
-    sets = draw(st.sampled_from(["", "", "", "", "ROLLUP", "CUBE", "SETS"])) if keys else ""
+    sets = draw(st.sampled_from(["", "", "", "", "ROLLUP", "CUBE", "SETS"])) \
+        if keys and not family else ""
     if sets:
         items.append(f"GROUPING({', '.join(keys)}) AS gg")
     sql = f"SELECT {', '.join(items)} FROM t"
-    if draw(st.booleans()):
-        sql += f" WHERE {draw(st.sampled_from(WHERES))}"
+    if where is None and not family and draw(st.booleans()):
+        where = draw(st.sampled_from(WHERES))
+    if where:
+        sql += f" WHERE {where}"
     if sets == "SETS":
         listed = draw(st.sampled_from([[keys, []], [keys[:1], keys[1:], []], [keys]]))
         sql += " GROUP BY GROUPING SETS (" + ", ".join(f"({', '.join(s)})" for s in listed) + ")"
@@ -109,10 +116,17 @@ def plain_view(draw, name: str) -> str:
 @st.composite
 def programs(draw) -> tuple[str, bool]:
     append_only = draw(st.booleans()) and draw(st.booleans())  # a quarter of the programs
-    views = [draw(aggregate_view(f"v{i}")) for i in range(draw(st.integers(1, 2)))]
+    if draw(st.booleans()):  # a family of views over one input and grouping (issue 18)
+        n_keys = draw(st.integers(0, 2))
+        keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
+        where = draw(st.sampled_from(["", *WHERES]))
+        views = [draw(aggregate_view(f"v{i}", keys, where)) for i in range(draw(st.integers(2, 3)))]
+    else:
+        views = [draw(aggregate_view(f"v{i}")) for i in range(draw(st.integers(1, 2)))]
     if draw(st.booleans()):
         views.append(draw(plain_view("p0")))
     header = "-- incr: buckets = 4\n" + ("-- incr: append_only = t\n" if append_only else "")
+    header += draw(st.sampled_from(["", "-- incr: share = off\n"]))  # sharing on and off
     return header + TABLE + "\n" + "\n".join(views) + "\n", append_only
 
 
@@ -183,6 +197,7 @@ def test_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, seed, p
             land(landing, seq, [live[i] for i in sorted(gone)], delete=True, fmt=fmt)
             live = [r for i, r in enumerate(live) if i not in gone]
         event(f"{'append-only' if append_only else 'deletable'} source, {op} batch")
+        event(f"views sharing state: {sum(len(s.views) for s in compiled.shares)}")
         event(f"driver-side path for batches of at most {local_rows} rows")
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
@@ -236,10 +251,18 @@ def join_programs(draw) -> str:
     if shadow:
         sql += " ORDER BY " + ", ".join(["v DESC", *(f"g{i}" for i in range(len(keys)))]) + " LIMIT 4"
     views = [f"CREATE VIEW j0 AS {sql};"]
+    if draw(st.booleans()):  # the same join and grouping under other aggregates: one state
+        # whose side tables keep the columns either view reads
+        more = draw(st.lists(st.sampled_from(JOIN_AGGS), min_size=1, max_size=2, unique=True))
+        twin = sql.split(" FROM ", 1)[1].split(" ORDER BY ")[0]
+        listed = [f"{qualify[k]} AS g{i}" for i, k in enumerate(keys)] + \
+            [f"{a} AS m{i}" for i, a in enumerate(more)]
+        views.append(f"CREATE VIEW j2 AS SELECT {', '.join(listed)} FROM {twin};")
     if draw(st.booleans()):
         plain_from = "FROM a JOIN b ON a.k = b.k"
         views.append(f"CREATE VIEW j1 AS SELECT g, v, x {plain_from} WHERE v > 0;")
-    return "-- incr: buckets = 2\n" + JOIN_TABLES + "\n" + "\n".join(views) + "\n"
+    share = draw(st.sampled_from(["", "-- incr: share = off\n"]))
+    return "-- incr: buckets = 2\n" + share + JOIN_TABLES + "\n" + "\n".join(views) + "\n"
 
 
 def land_join_batch(rng: random.Random, landing: Path, table: str, op: str, seq: int,

@@ -9,6 +9,13 @@ Ordering constraints:
   finalization, h from its monoid elements.
 * ``derive_merge`` last: ⊗, ⊗̃ and ⊗̂ are derived from the state tables that
   ``split_answer`` lays out.
+
+:data:`PROGRAM_PASSES` run on a whole program once every view went through
+:data:`PASSES`:
+
+* ``share`` needs each view's plan (to tell which views may share a state at all) and
+  its compilation after ``lineage`` (input and θ); it runs ``infer_monoids``,
+  ``split_answer`` and ``derive_merge`` again on the merged aggregates of a group.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from incr.compiler.passes.split_answer import split_answer
 Pass = Callable[[Compilation], Compilation]
 
 PASSES: tuple[Pass, ...] = (normalize, lineage, infer_monoids, split_answer, derive_merge)
+
+#: The passes over a whole program, in order (see :mod:`incr.compiler.passes.share`).
+PROGRAM_PASSES = ("share",)
 
 
 def run_passes(c: Compilation, until: str | None = None) -> Compilation:

@@ -123,8 +123,7 @@ def split_answer(c: Compilation) -> Compilation:
                               bucket_keys=_join_keys(c, inp.alias))
             tables.append(side)
             h.append(HQuery(side, inp.table, None, c.program.options.buckets, weighted=True))
-    answer = _answer(c.rel, c.aggregates, dict(c.key_columns), grouped, tuple(bags),
-                     tuple(k.name for k in c.lineage), tables[0].name, rows)
+    answer = answer_over_state(c, c.rel, c.aggregates, tuple(bags), tables[0].name, rows)
     return replace(c, tables=tuple(tables), h=tuple(h), answer=answer,
                    kept=_kept(c, answer, tables))
 
@@ -185,9 +184,19 @@ def _join_keys(c: Compilation, alias: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _answer(rel: Rel, aggregates: tuple[AggState, ...], key_columns: dict[str, str],
-            grouped: bool, bags: tuple[BagJoin, ...], keys: tuple[str, ...], main: str,
-            rows: StateTable | None) -> Answer:
+def answer_over_state(c: Compilation, rel: Rel, aggregates: tuple[AggState, ...],
+                      bags: tuple[BagJoin, ...], main: str, rows: StateTable | None) -> Answer:
+    """a: what ``rel`` computes above its Aggregate, read from the state.
+
+    It reads state table ``main`` (alias m), the ``bags`` and, for a window stage, ``rows``.
+
+    ``aggregates`` say how each aggregate of ``rel`` is read from the state; the share
+    pass passes a state laid out for several views, each view's aggregates read from it.
+    """
+    assert c.lineage is not None and c.key_columns is not None
+    key_columns = dict(c.key_columns)
+    grouped = bool(c.lineage)
+    keys = tuple(k.name for k in c.lineage)
     mapping: dict[str, Scalar] = {ir: Scalar(f"{MAIN}.{col}") for ir, col in key_columns.items()}
     if rows is not None:  # a window stage: the columns beside θ come from its rows
         beside = {k.name for k in rows.row_keys}

@@ -1,0 +1,274 @@
+"""Share state between the views of a program (seed 003, §3.2 and §4.2: the HIFUN rewriting rules).
+
+A program's views each fold every batch through their own h and MERGE their own state, so
+a program of many views over one stream pays once per view.  Views whose h reads the same
+rows the same way differ only in the aggregates they compute: they can keep one state.
+
+This pass finds them: views of one stage (no iteration, recursion or window) whose input
+is the same (the same source or join, the same WHERE) grouped by the same θ.  That is
+CGMRR when they aggregate the same measure with different functions, CGRR when they
+aggregate different measures, and a shared join when their input is one join.  For each
+such group it compiles one merged Aggregate (every distinct aggregate call of the group)
+through the per-view passes after ``lineage``: its state tables, h, ⊗, ⊗̃ and ⊗̂ are the
+group's.  Each view keeps its own answer function a, rewritten to read its aggregates
+from the merged state (:func:`~incr.compiler.passes.split_answer.answer_over_state`), so
+its answer is what it was, computed from the shared state; HAVING, ORDER BY and LIMIT
+stay the view's.
+
+Exactness is unchanged: the merged state holds every monoid element and bag each view
+needs (monoid inference lays them out as for one view computing all the aggregates), and
+deletions take them back exactly as they would in the view's own state.
+
+The shared state lives under a name of its own (:attr:`Share.owner`), derived from the
+group's input and θ, not from its views, so adding a view to a group or removing one
+keeps the name (the state's fingerprint changes with the aggregates it holds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, replace
+
+from incr.compiler.compilation import Compilation, build_stage
+from incr.compiler.ir import AggCall, Aggregate, JoinInput, Named, NamedAgg, Project, Rel, Source
+from incr.compiler.passes.derive_merge import derive_merge
+from incr.compiler.passes.infer_monoids import infer_monoids
+from incr.compiler.passes.split_answer import answer_over_state, split_answer
+from incr.compiler.plan import IncrementalPlan, StagePlan
+from incr.compiler.program import Program, ViewDecl
+from incr.compiler.scalar import Scalar
+
+#: The per-view passes the merged Aggregate goes through (those after ``lineage``: θ and
+#: the input are the group's, as each member's lineage pass found them).
+MERGED_PASSES = (infer_monoids, split_answer, derive_merge)
+
+#: The seed's rewriting rules this pass applies, and what each shares.
+RULES = {"CGMRR": "one measure, several aggregate functions", "CGRR": "several measures"}
+
+#: The first characters of a shared state's name (a view's state goes by the view's name).
+SHARED = "_shared_"
+
+#: Why a view shares nothing, when sharing is off.
+OFF = "sharing is off (-- incr: share = off)"
+
+
+@dataclass(frozen=True)
+class Share:
+    """One state kept for several views.
+
+    ``owner`` names the state's directory and lock; ``rule`` is the seed's name for the
+    sharing (CGMRR: one measure, several aggregate functions; CGRR: several measures),
+    with ``join`` True when the shared input is a join.
+    """
+
+    owner: str
+    views: tuple[str, ...]
+    source: str
+    grouping: tuple[str, ...]
+    rule: str
+    join: bool
+
+    def describe(self) -> str:
+        """One line for ``incr explain``."""
+        by = ", ".join(self.grouping) or "() (one global group)"
+        what = "one join" if self.join else self.source
+        how = RULES[self.rule]
+        return (f"{', '.join(self.views)} share state {self.owner}: {self.rule} ({how}) over "
+                f"{what}, one WHERE, GROUP BY {by}")
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """The share pass's result.
+
+    The plans (sharing views read their group's state), the groups, and for each view
+    that shares nothing, why.
+    """
+
+    plans: tuple[IncrementalPlan, ...]
+    shares: tuple[Share, ...] = ()
+    alone: tuple[tuple[str, str], ...] = ()
+
+
+def share(program: Program, plans: tuple[IncrementalPlan, ...],
+          start: dict[str, Compilation]) -> Sharing:
+    """Plans one state per group of views that can share it.
+
+    ``start`` holds, per view that may share, its compilation after the ``lineage`` pass
+    (the views not in it share nothing: the caller says why in ``alone``).
+    """
+    if not program.options.share:
+        return Sharing(plans, (), tuple((p.view, OFF) for p in plans))
+    groups: dict[object, list[str]] = {}
+    for view, c in start.items():
+        groups.setdefault(_signature(c), []).append(view)
+    by_view = {p.view: p for p in plans}
+    shares: list[Share] = []
+    alone: list[tuple[str, str]] = []
+    for views in groups.values():
+        if len(views) < 2:
+            c = start[views[0]]
+            why = f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
+            alone.append((views[0], why))
+            continue
+        group, planned = _merge(program, [start[v] for v in views], [by_view[v] for v in views])
+        shares.append(group)
+        by_view.update(planned)
+    return Sharing(tuple(by_view[p.view] for p in plans), tuple(shares), tuple(alone))
+
+
+def why_alone(plan: IncrementalPlan, view: ViewDecl) -> str | None:
+    """Why ``plan`` cannot share its state whatever the other views are (None: it may)."""
+    if plan.iteration is not None or view.iterate is not None:
+        return "an iterative view keeps its own state (its iterate moves it)"
+    if plan.recursion is not None:
+        return "a recursive view keeps its own state (the fixpoint beside it)"
+    if any(s.answer.rows is not None for s in plan.stages):
+        return "a window query keeps the rows of its partitions in its own state"
+    if len(plan.stages) > 1:
+        return "a view of several stages (a subquery, CTE or grouping set) keeps its own state"
+    top = plan.top
+    if top.kept is not None:
+        return "a stage that hands rows on keeps them in its own state"
+    return None
+
+
+def _signature(c: Compilation) -> object:
+    """What views must have in common to share a state.
+
+    The input (branches), the rows the Aggregate reads (the WHERE under it) and θ, with
+    its names.  Over an inner join, views may read different columns of its inputs: the
+    shared state reads them all (:func:`_widened`).
+    """
+    agg = _aggregate(c)
+    branches, child = c.branches, agg.child
+    if _widens(c):
+        branches = tuple(replace(b, join=replace(b.join, inputs=tuple(
+            replace(i, columns=()) for i in b.join.inputs))) for b in branches)
+        child = _read(child, ())
+    return (c.source.name.lower(), branches, child, agg.keys, c.lineage, c.key_columns)
+
+
+def _widens(c: Compilation) -> bool:
+    """Whether views over ``c``'s input may read different columns of it and still share.
+
+    They may over an inner join of sources: its side tables then keep the columns every
+    view reads.
+    """
+    return not c.direct and all(
+        b.project is None and not b.padded and not b.join.anti
+        and not any(i.derived for i in b.join.inputs) for b in c.branches)
+
+
+def _read(rel: Rel, columns: tuple[str, ...]) -> Rel:
+    """``rel`` (a chain of one-input operators down to its Source) reading ``columns``."""
+    if isinstance(rel, Source):
+        return replace(rel, columns=columns)
+    children = rel.children()
+    return rel.with_child(_read(children[0], columns)) if len(children) == 1 else rel
+
+
+def _widened(program: Program, members: list[Compilation]) -> Compilation:
+    """The first member, reading every column of the join any member reads.
+
+    The columns keep the order translation gives them: inputs in join order, each
+    input's columns in its table's declared order.
+    """
+    first = members[0]
+    if len(members) < 2 or not _widens(first):
+        return first
+    read: dict[str, set[str]] = {}
+    for c in members:
+        for b in c.branches:
+            for i in b.join.inputs:
+                read.setdefault(i.alias, set()).update(i.columns)
+
+    def columns(i: JoinInput) -> tuple[str, ...]:
+        declared = [col.name for col in program.declared(i.table).columns]
+        return tuple(sorted(read[i.alias], key=declared.index))
+
+    branches = tuple(replace(b, join=replace(b.join, inputs=tuple(
+        replace(i, columns=columns(i)) for i in b.join.inputs))) for b in first.branches)
+    flat = [f for i in branches[0].join.inputs for f in i.flat_columns]
+    typed = {col.name: col for c in members for col in c.source.columns}
+    source = replace(first.source, columns=tuple(typed[f] for f in flat))
+    agg = _aggregate(first)
+    rel = _replace_node(first.rel, agg, replace(agg, child=_read(agg.child, tuple(flat))))
+    return replace(first, branches=branches, source=source, rel=rel)
+
+
+def _replace_node(rel: Rel, old: Rel, new: Rel) -> Rel:
+    """``rel`` with its node ``old`` (on its chain of one-input operators) replaced by ``new``."""
+    if rel is old:
+        return new
+    return rel.with_child(_replace_node(rel.children()[0], old, new))
+
+
+def _aggregate(c: Compilation) -> Aggregate:
+    return next(node for node in c.rel.walk() if isinstance(node, Aggregate))
+
+
+def _merge(program: Program, members: list[Compilation], plans: list[IncrementalPlan],
+           ) -> tuple[Share, dict[str, IncrementalPlan]]:
+    """The group's state, compiled once, and each member's plan reading it."""
+    first = _widened(program, members)
+    agg = _aggregate(first)
+    calls: list[AggCall] = []
+    names: list[dict[str, str]] = []  # per member: its aggregate's IR name -> the merged one
+    for c in members:
+        renamed = {}
+        for named in _aggregate(c).aggs:
+            if named.call not in calls:
+                calls.append(named.call)
+            renamed[named.name] = f"_s{calls.index(named.call)}"
+        names.append(renamed)
+    merged_aggs = tuple(NamedAgg(f"_s{i}", call) for i, call in enumerate(calls))
+    out = tuple(Named(k.name, Scalar.column(k.name)) for k in agg.keys) + tuple(
+        Named(a.name, Scalar.column(a.name)) for a in merged_aggs)
+    merged = replace(first, rel=Project(replace(agg, aggs=merged_aggs), out))
+    for p in MERGED_PASSES:
+        merged = p(merged)
+    assert merged.aggregates is not None and merged.answer is not None
+    stage = build_stage(merged)
+    states = {a.name: a for a in merged.aggregates}
+    owner = _owner(first)
+    planned: dict[str, IncrementalPlan] = {}
+    for c, plan, renamed in zip(members, plans, names):
+        aggregates = tuple(replace(states[renamed[a.name]], name=a.name)
+                           for a in _aggregate(c).aggs)
+        finals = " ".join(a.finalize.sql for a in aggregates)
+        bags = tuple(b for b in merged.answer.bags
+                     if re.search(rf"\b{re.escape(b.alias)}\.", finals))
+        answer = answer_over_state(c, c.rel, aggregates, bags, merged.answer.main, None)
+        own: StagePlan = replace(stage, answer=answer, logical=c.rel,
+                                 output=tuple(e.name for e in answer.exprs))
+        planned[plan.view] = replace(plan, stages=(own,), shares=owner)
+    measures = {call.arg for call in calls if call.arg is not None}  # COUNT(*) reads none
+    rule = "CGMRR" if len(measures) <= 1 else "CGRR"
+    return Share(owner=owner, views=tuple(p.view for p in plans), source=first.source.name,
+                 grouping=tuple(str(k.expr) for k in first.lineage or ()), rule=rule,
+                 join=not first.direct), planned
+
+
+def owner_prefix(program: str) -> str:
+    """What the names of a program's shared states begin with (:func:`is_owned_by`)."""
+    return f"{SHARED}{program}."
+
+
+def is_owned_by(name: str, program: str) -> bool:
+    """Whether ``name`` is a shared state's name of ``program``.
+
+    Programs may share a warehouse, and one program's name may begin another's.
+    """
+    return name.startswith(SHARED) and name.rsplit(".", 2)[0] == SHARED + program
+
+
+def _owner(c: Compilation) -> str:
+    """The shared state's name, the same whichever views share it.
+
+    It is ``_shared_<program>.<source>.<hash of the input and θ>``.
+    """
+    text = repr(_signature(c))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{owner_prefix(c.program.name)}{c.source.name.lower()}.{digest}"

@@ -1,0 +1,144 @@
+"""The share pass: golden cases (``fixtures/share.sql``) and the properties of shared plans.
+
+A case of ``fixtures/share.sql`` is a program's views (``CREATE VIEW`` lines over the
+fixture table ``t`` of test_passes, or the tables of a ``-- program:`` line), then
+``-- expected:`` and the rendering below: each group of views keeping one state (its rule,
+its tables, and each view's answer over it), then each view keeping its own, and why.  To
+see what the code produces now (for reviewing a change, never for blindly accepting it)::
+
+    .venv/bin/python tests/compiler/test_share.py
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from incr.compiler import CompiledProgram, compile_text
+from incr.compiler.explain import explain_program
+from incr.compiler.sqlgen import render_answer
+
+FIXTURE = Path(__file__).parent / "fixtures" / "share.sql"
+TABLE = "CREATE TABLE t (k VARCHAR, g BIGINT, v BIGINT, x DOUBLE, d DECIMAL(10,2));"
+
+
+def render(compiled: CompiledProgram) -> str:
+    lines: list[str] = []
+    for share in compiled.shares:
+        lines.append(re.sub(r" state \S+:", ":", share.describe()))
+        first = compiled.plan(share.views[0])
+        for t in first.tables:
+            lines.append(f"  table {t.name}: key ({', '.join(t.key_columns)}) "
+                         f"values ({', '.join(t.value_columns)})")
+        for view in share.views:
+            plan = compiled.plan(view)
+            assert plan.shares == share.owner and plan.tables == first.tables
+            lines.append(f"  a of {view}:")
+            sql = render_answer(plan.answer, {t.name: t.name for t in plan.tables})
+            lines += [f"    {line}" for line in sql.splitlines()]
+    lines += [f"{view} alone: {why}" for view, why in compiled.alone]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Case:
+    line: int
+    title: str
+    program: str
+    expected: str
+
+    @property
+    def id(self) -> str:
+        return f"share:{self.line}-" + re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")
+
+
+def load_cases() -> list[Case]:
+    cases = []
+    line = 1
+    for block in re.split(r"\n[ \t]*\n", FIXTURE.read_text(encoding="utf-8")):
+        start = line + (len(block) - len(block.lstrip("\n")))
+        line += block.count("\n") + 2
+        lines = [ln.rstrip() for ln in block.strip("\n").splitlines()]
+        if not lines or all(ln.startswith("#") for ln in lines):
+            continue
+        cut = lines.index("-- expected:")
+        title, header, table, views = "", [], TABLE, []
+        for ln in lines[:cut]:
+            if ln.startswith("# title:"):
+                title = ln.split(":", 1)[1].strip()
+            elif ln.startswith("-- incr:"):
+                header.append(ln)
+            elif ln.startswith("-- program:"):
+                table = ln.split(":", 1)[1].strip()
+            elif not ln.startswith("#"):
+                views.append(ln)
+        program = "\n".join([*header, table, *views]) + "\n"
+        cases.append(Case(start, title, program, "\n".join(lines[cut + 1:])))
+    return cases
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in load_cases()])
+def test_share(case: Case):
+    assert render(compile_text(case.program, "share.sql")) == case.expected
+
+
+def test_sharing_views_have_one_state_fingerprint_and_their_own_answers():
+    compiled = compile_text(TABLE + """
+CREATE VIEW a AS SELECT k, SUM(v) AS s FROM t GROUP BY k;
+CREATE VIEW b AS SELECT k, MIN(x) AS lo FROM t GROUP BY k HAVING COUNT(*) > 1;
+""")
+    a, b = compiled.plans
+    assert a.shares == b.shares is not None and a.state_owner == b.state_owner == a.shares
+    assert a.state_fingerprint == b.state_fingerprint
+    assert a.answer_fingerprint != b.answer_fingerprint
+    assert a.output == ("k", "s") and b.output == ("k", "lo")
+
+
+def test_the_shared_state_keeps_its_name_as_views_come_and_go():
+    views = ["CREATE VIEW a AS SELECT k, SUM(v) AS s FROM t GROUP BY k;",
+             "CREATE VIEW b AS SELECT k, COUNT(*) AS n FROM t GROUP BY k;",
+             "CREATE VIEW c AS SELECT k, MAX(d) AS m FROM t GROUP BY k;"]
+    two = compile_text("\n".join([TABLE, *views[:2]]))
+    three = compile_text("\n".join([TABLE, *views]))
+    other = compile_text("\n".join([TABLE, views[1], views[2]]))
+    owners = {two.shares[0].owner, three.shares[0].owner, other.shares[0].owner}
+    assert len(owners) == 1
+    # The state holds what its views need: another aggregate is another state fingerprint.
+    assert two.plans[0].state_fingerprint != three.plans[0].state_fingerprint
+
+
+def test_sharing_off_keeps_every_state_apart():
+    text = TABLE + """
+CREATE VIEW a AS SELECT k, SUM(v) AS s FROM t GROUP BY k;
+CREATE VIEW b AS SELECT k, COUNT(*) AS n FROM t GROUP BY k;
+"""
+    on = compile_text(text)
+    off = compile_text("-- incr: share = off\n" + text)
+    assert on.shares and not off.shares
+    assert all(p.shares is None and p.state_owner == p.view for p in off.plans)
+    # A view's own state is what it was before sharing existed (its fingerprint).
+    alone = compile_text(TABLE + "\nCREATE VIEW a AS SELECT k, SUM(v) AS s FROM t GROUP BY k;")
+    assert off.plans[0].state_fingerprint == alone.plans[0].state_fingerprint
+
+
+def test_explain_says_which_views_share_which_state_and_why_others_do_not():
+    compiled = compile_text(TABLE + """
+CREATE VIEW a AS SELECT k, SUM(v) AS s FROM t GROUP BY k;
+CREATE VIEW b AS SELECT k, MAX(v) AS m FROM t GROUP BY k;
+CREATE VIEW c AS SELECT g, SUM(v) AS s FROM t GROUP BY g;
+""", name="shop")
+    out = explain_program(compiled)
+    owner = compiled.shares[0].owner
+    assert (f"a, b share state {owner}: CGMRR (one measure, several aggregate functions) over "
+            f"t, one WHERE, GROUP BY k") in out
+    assert "c keeps its own state: no other view reads t with the same WHERE and GROUP BY" in out
+    assert out.count(f"the state tables below are {owner}'s") == 2
+
+
+if __name__ == "__main__":
+    for c in load_cases():
+        print(f"# {c.title}\n{render(compile_text(c.program, 'share.sql'))}\n", file=sys.stdout)

@@ -1,0 +1,160 @@
+"""Views that share one state (issue 18): one fold per batch, each view's own answer.
+
+The equivalence test checks their answers against DuckDB over random programs with sharing
+on and off; these check how sharing runs: the state kept once under its own name, the
+batch folded by the first view and published by change by the others, a view added to a
+running program published from the state it joins, and the directories left behind when
+views start or stop sharing removed once nothing reads them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from incr.compiler import CompiledProgram, compile_text
+from incr.oracle import diff_answers, oracle_answer
+from incr.runtime.pipeline import Pipeline
+from incr.runtime.report import read_answer
+
+TABLE = "-- incr: buckets = 2\nCREATE TABLE t (k VARCHAR, v BIGINT, x DOUBLE);\n"
+TOTALS = "CREATE VIEW totals AS SELECT k, SUM(v) AS s, COUNT(*) AS n FROM t GROUP BY k;\n"
+EXTREMES = ("CREATE VIEW extremes AS SELECT k, MAX(x) AS top, MIN(v) AS low FROM t GROUP BY k "
+            "HAVING COUNT(*) > 1 ORDER BY top DESC, k LIMIT 2;\n")
+FILTERED = "CREATE VIEW filtered AS SELECT k, SUM(v) AS s FROM t WHERE v > 2 GROUP BY k;\n"
+#: Reads only what ``totals`` keeps (a sum and a count of v): the shared state is unchanged.
+AVERAGE = "CREATE VIEW average AS SELECT k, AVG(v) AS mean FROM t GROUP BY k;\n"
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("x", pa.float64())])
+
+#: (delete?, rows) per batch.
+BATCHES = [
+    (False, [("a", 1, 0.5), ("b", 5, 2.0), ("c", 2, 1.5), ("a", 3, 4.0)]),
+    (False, [("a", 4, 1.0), ("d", 7, 3.5), ("b", 6, 0.25)]),
+    (True, [("b", 5, 2.0), ("a", 1, 0.5)]),
+    (False, [("b", 3, 9.0), ("e", 1, 1.0), ("c", 8, 2.5)]),
+    (False, [("c", 9, 0.75), ("d", 1, 8.0)]),
+]
+
+
+def _land(landing: Path, seq: int) -> None:
+    delete, rows = BATCHES[seq]
+    folder = landing / "t" / ("_deletes" if delete else "")
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in rows], schema=SCHEMA)
+    pq.write_table(table, folder / f"{seq:04d}.parquet")
+
+
+def _live(through: int) -> pa.Table:
+    live: list[tuple] = []
+    for delete, rows in BATCHES[:through + 1]:
+        if delete:
+            for row in rows:
+                live.remove(row)
+        else:
+            live += rows
+    return pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in live], schema=SCHEMA)
+
+
+def _check(warehouse: Path, compiled: CompiledProgram, through: int) -> None:
+    for plan in compiled.plans:
+        answer, batch = read_answer(warehouse, plan)
+        assert batch == through, plan.view
+        diff = diff_answers(oracle_answer(plan.select, {"t": _live(through)}), answer,
+                            ordered=plan.ordered)
+        assert diff is None, f"view {plan.view} after batch {through}:\n{diff}"
+
+
+def _states(warehouse: Path) -> set[str]:
+    return {p.name for p in (warehouse / "state").iterdir()}
+
+
+def test_views_sharing_a_state_fold_each_batch_once(spark, dirs):
+    landing, warehouse = dirs
+    compiled = compile_text(TABLE + TOTALS + EXTREMES + FILTERED, name="shop")
+    (share,) = compiled.shares
+    assert share.views == ("totals", "extremes") and share.owner.startswith("_shared_shop.t.")
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
+    for seq in range(len(BATCHES)):
+        _land(landing, seq)
+        (applied,) = pipeline.run().applied
+        engines = {m.view: m.engine for m in applied.views}
+        # The first view folds the batch into the shared state; the other publishes from it.
+        assert engines == {"totals": "driver", "extremes": "shared", "filtered": "driver"}
+        modes = {m.view: m.answer_mode for m in applied.views}
+        if seq:
+            assert modes["totals"] == "change", modes  # by the groups the shared fold touched
+        _check(warehouse, compiled, seq)
+    assert _states(warehouse) == {share.owner, "filtered"}
+    assert pipeline.owners == (share.owner, "filtered")
+
+
+def test_per_view_tasks_fold_the_shared_state_once(spark, dirs):
+    """Airflow's view tasks: each view applies under its shared state's lock, in its own
+    process; the second finds the batch folded and only publishes."""
+    landing, warehouse = dirs
+    compiled = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
+    for seq in range(3):
+        _land(landing, seq)
+        ready = Pipeline(compiled, landing, warehouse, spark=spark).prepare().ready_through
+        first = Pipeline(compiled, landing, warehouse, spark=spark).apply_view("extremes", ready)
+        second = Pipeline(compiled, landing, warehouse, spark=spark).apply_view("totals", ready)
+        assert [m.engine for m in first] == ["driver"]
+        # Folded already: a(state) only, at once from the state for the view's first answer.
+        assert [m.engine for m in second] == ([""] if seq else [])
+        _check(warehouse, compiled, seq)
+
+
+def test_a_view_added_to_a_shared_state_publishes_from_it(spark, dirs):
+    landing, warehouse = dirs
+    before = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
+    for seq in range(3):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    # ``average`` needs a sum and a count of v, which the shared state keeps already.
+    after = compile_text(TABLE + TOTALS + EXTREMES + AVERAGE, name="shop")
+    assert after.plan("totals").state_fingerprint == before.plan("totals").state_fingerprint
+    report = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
+    assert report.applied == []  # no batch read again: a(state) at batch 2
+    _check(warehouse, after, 2)
+    _land(landing, 3)
+    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
+    _check(warehouse, after, 3)
+
+
+def test_sharing_switched_on_and_off_rebuilds_and_removes_what_is_left(spark, dirs):
+    landing, warehouse = dirs
+    views = TOTALS + EXTREMES
+    off = compile_text("-- incr: share = off\n" + TABLE + views, name="shop")
+    on = compile_text(TABLE + views, name="shop")
+    for seq in range(2):
+        _land(landing, seq)
+        Pipeline(off, landing, warehouse, spark=spark, local_rows=1000).run()
+    assert _states(warehouse) == {"totals", "extremes"}
+    _land(landing, 2)
+    Pipeline(on, landing, warehouse, spark=spark, local_rows=1000).run()
+    _check(warehouse, on, 2)
+    assert _states(warehouse) == {on.shares[0].owner}  # each view's own state is gone
+    _land(landing, 3)
+    Pipeline(off, landing, warehouse, spark=spark, local_rows=1000).run()
+    _check(warehouse, off, 3)
+    assert _states(warehouse) == {"totals", "extremes"}  # and the shared one, once unread
+
+
+def test_a_view_with_new_aggregates_rebuilds_the_shared_state(spark, dirs):
+    landing, warehouse = dirs
+    before = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
+    for seq in range(2):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    more = "CREATE VIEW spread AS SELECT k, SUM(x) AS sx, STDDEV_POP(x) AS sd FROM t GROUP BY k;\n"
+    after = compile_text(TABLE + TOTALS + EXTREMES + more, name="shop")
+    owner = after.shares[0].owner
+    assert owner == before.shares[0].owner
+    assert after.plan("totals").state_fingerprint != before.plan("totals").state_fingerprint
+    _land(landing, 2)
+    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
+    _check(warehouse, after, 2)
+    generations = {p.name for p in (warehouse / "state" / owner).iterdir()}
+    assert generations == {after.plan("totals").state_fingerprint}  # the old one removed
