@@ -102,6 +102,9 @@ class Settings:
     spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})
     lock_wait_s: float = field(default=30.0, metadata={"env": "INCR_LOCK_WAIT_S"})
+    #: How long a view's task waits for another view folding the state they share (its
+    #: fold may take as long as a batch does).
+    shared_wait_s: float = field(default=3600.0, metadata={"env": "INCR_SHARED_WAIT_S"})
     log_level: str = field(default="WARNING", metadata={"env": "INCR_LOG_LEVEL"})
     serve_host: str = field(default="127.0.0.1", metadata={"env": "INCR_SERVE_HOST"})
     serve_port: int = field(default=10000, metadata={"env": "INCR_SERVE_PORT"})

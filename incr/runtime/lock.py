@@ -12,7 +12,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from incr.errors import StorageError
@@ -93,9 +93,12 @@ class Locks:
     lock whether or not its caller took it.
     """
 
-    def __init__(self, root: Path, program: str):
+    def __init__(self, root: Path, program: str,
+                 shared: Mapping[str, tuple[str, ...]] | None = None):
+        """``shared``: the views of each state several views share (its lock is theirs)."""
         self.root = root
         self.program = program
+        self.shared = dict(shared or {})
         self._held: set[str] = set()
 
     @contextlib.contextmanager
@@ -106,7 +109,10 @@ class Locks:
         wanted = ([("ledger", f"the ledger of program {self.program}")] if ledger else [])
         wanted += [(f"rows-{t}", f"the row index of {t} (program {self.program})")
                    for t in sorted(indexes)]
-        wanted += [(f"view-{v}", f"view {v} (program {self.program})") for v in sorted(views)]
+        for v in sorted(views):
+            what = f"the state views {', '.join(self.shared[v])} share" if v in self.shared \
+                else f"view {v}"
+            wanted.append((f"view-{v}", f"{what} (program {self.program})"))
         with contextlib.ExitStack() as stack:
             for name, what in wanted:
                 if name in self._held:

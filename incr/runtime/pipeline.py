@@ -173,7 +173,8 @@ class Pipeline:
         self.store = store or DeltaStore(self.engines.settings.mirror_rows,
                                          self.engines.settings.local_state_rows)
         self.meta = self.warehouse / "_incr" / compiled.name
-        self.locks = Locks(self.meta / "locks", compiled.name)
+        self.locks = Locks(self.meta / "locks", compiled.name,
+                           {s.owner: s.views for s in compiled.shares})
         self.ledger = Ledger(self.store, self.meta / "ledger")
         names = {s.lower() for p in compiled.plans for s in p.sources}
         self.tables: dict[str, TableDecl] = {t.name: t for t in compiled.program.tables
@@ -223,6 +224,12 @@ class Pipeline:
                 return runtime
         raise StorageError(f"program {self.compiled.name} has no view {name}; its views: "
                            f"{', '.join(self.views)}")
+
+    def _wait(self, runtime: ViewRuntime) -> float:
+        """How long a view's own work waits for its lock: at once when the lock is the
+        view's alone (another holder is a run that covers it), up to INCR_SHARED_WAIT_S
+        when views share it (Airflow runs their tasks at once; one folds, then the next)."""
+        return self.engines.settings.shared_wait_s if runtime.plan.shares is not None else 0.0
 
     def hold_everything(self) -> contextlib.AbstractContextManager[None]:
         """Every lock of the program: a whole run or a skip writes anything."""
@@ -401,7 +408,7 @@ class Pipeline:
             sweep_slices(self.scratch)
             report.registered = self._register_or_reject(report)
             batches = self.ledger.batches() if report.rejected is None else []
-            last = max((b.seq for b in batches), default=-1)
+            last = max((b.seq for b in self.ledger.batches()), default=-1)
             self._publish_from_shared_state(
                 [v for n, v in self.views.items() if chosen is None or n in chosen],
                 last if through is None else min(through, last))
@@ -485,7 +492,7 @@ class Pipeline:
         out: list[ViewMetrics] = []
         if through is None:
             return out
-        with self.locks.hold(views=(runtime.plan.state_owner,)):
+        with self.locks.hold(views=(runtime.plan.state_owner,), wait_s=self._wait(runtime)):
             self._publish_from_shared_state([runtime], through)
             progress = self._progress()
             batches = self.ledger.batches()
@@ -578,7 +585,7 @@ class Pipeline:
         and its answer keeps being served until the new one has caught up and takes over
         in one commit.  Returns the new generation's directory."""
         runtime = self._view_runtime(view)
-        with self.locks.hold(views=(runtime.plan.state_owner,)):
+        with self.locks.hold(views=(runtime.plan.state_owner,), wait_s=self._wait(runtime)):
             return runtime.refresh()
 
     def _publish_at(self, view: ViewRuntime, batches: list[Batch], progress: _Progress,

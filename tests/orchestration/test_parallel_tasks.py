@@ -1,10 +1,12 @@
 """The per-view tasks of one program run in parallel, as Airflow runs them, without retries.
 
 Airflow starts ``apply_<view>`` tasks as separate processes at the same time.  Each must
-lock only its own view: a task that found another view's task running used to fail with
-"program ... is being updated" and only got through on a retry.  These tests run the task
-bodies as real processes (``incr.orchestration.tasks``), concurrently, and while another
-view's task is stopped in the middle of its work.  A small batch never starts Spark there.
+lock only its own view (or the state it shares with other views): a task that found another
+view's task running used to fail with "program ... is being updated" and only got through on
+a retry.  These tests run the task bodies as real processes (``incr.orchestration.tasks``),
+concurrently, and while another view's task is stopped in the middle of its work.  A small
+batch never starts Spark there.  ``totals`` and ``spread`` share one state (same source and
+grouping): the second of their tasks waits for the first, then publishes from what it folded.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def started(spark, tmp_path):
 
 def test_view_tasks_run_at_once_without_spark(started):
     program, landing, warehouse, rows = started
+    compiled = compile_program(program)
+    assert compiled.plan("totals").shares == compiled.plan("spread").shares is not None
     more = [{"who": "ann", "pts": 9}, {"who": "cy", "pts": 1}]
     _land(landing, "002.csv", more)
     prepared = prepare_batches(program, str(landing), str(warehouse))
@@ -123,16 +127,21 @@ def test_a_view_task_is_not_blocked_by_another_one_in_progress(started, monkeypa
     worker.start()
     try:
         assert inside.wait(300)
-        # ... while the other views' tasks run to the end, each in its own process.
-        for view in ("best", "spread"):
-            assert _finish(_task(program, landing, warehouse, view, through))["batches"] == 1
+        # ... while the task of a view with a state of its own runs to the end, in its own
+        # process, and that of `spread`, which shares the state of `totals`, waits for it.
+        sharing = _task(program, landing, warehouse, "spread", through)
+        assert _finish(_task(program, landing, warehouse, "best", through))["batches"] == 1
+        with pytest.raises(subprocess.TimeoutExpired):
+            sharing.communicate(timeout=3)
         # A whole run of the program must wait for `totals`: it says which lock is held.
         from incr.runtime.pipeline import Pipeline
 
-        with pytest.raises(StorageError, match=r"view totals \(program games\) is being updated by pid"):
+        with pytest.raises(StorageError, match=r"the state views totals, spread share \(program games\) "
+                                               r"is being updated by pid"):
             Pipeline(compile_program(program), landing, warehouse).run()
     finally:
         release.set()
         worker.join(300)
     assert len(result["batches"]) == 1
+    assert _finish(sharing)["batches"] == 1  # the batch folded by `totals`: a(state) only
     _check(program, warehouse, rows + more, 1)

@@ -38,6 +38,7 @@ from incr.compiler.passes.split_answer import answer_over_state, split_answer
 from incr.compiler.plan import IncrementalPlan, StagePlan
 from incr.compiler.program import Program, ViewDecl
 from incr.compiler.scalar import Scalar
+from incr.errors import IncrError
 
 #: The per-view passes the merged Aggregate goes through (those after ``lineage``: θ and
 #: the input are the group's, as each member's lineage pass found them).
@@ -112,7 +113,12 @@ def share(program: Program, plans: tuple[IncrementalPlan, ...],
             why = f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
             alone.append((views[0], why))
             continue
-        group, planned = _merge(program, [start[v] for v in views], [by_view[v] for v in views])
+        try:
+            group, planned = _merge(program, [start[v] for v in views],
+                                    [by_view[v] for v in views])
+        except IncrError as e:  # each view compiled alone: it keeps its own state, as it can
+            alone += [(v, f"the state of {', '.join(views)} cannot be merged ({e})") for v in views]
+            continue
         shares.append(group)
         by_view.update(planned)
     return Sharing(tuple(by_view[p.view] for p in plans), tuple(shares), tuple(alone))
