@@ -495,6 +495,17 @@ class IncrementalPlan:
         """The tables a and the view's progress read: the top stage's aggregate state and bags."""
         return self.top.main_tables
 
+    @property
+    def answer_tables(self) -> tuple[StateTable, ...]:
+        """The main tables a reads.
+
+        All of them, but for a view sharing its state: those of its own aggregates (the
+        other views' bags are none of its business).
+        """
+        a = self.answer
+        read = {a.main, *(b.table for b in a.bags), *((a.rows,) if a.rows else ())}
+        return tuple(t for t in self.main_tables if t.name in read)
+
     def stage(self, name: str) -> StagePlan:
         """The stage called ``name`` ("" for the top stage)."""
         return next(s for s in self.stages if s.name == name)

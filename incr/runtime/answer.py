@@ -117,10 +117,10 @@ class AnswerTable:
             engine.close()
 
     def _state_views(self, engine: Engine) -> dict[str, str]:
-        """Each main state table, whole, registered on ``engine``."""
+        """Each main state table a reads, whole, registered on ``engine``."""
         return {t.name: engine.delta(f"incr_{self.plan.view}_state_{t.name}",
                                      self.state.path(t.name))
-                for t in self.plan.main_tables}
+                for t in self.plan.answer_tables}
 
     def _rewrite(self, batch: int, published: bool) -> int:
         """Writes a(state), computed over the whole state, as the version for ``batch``;
@@ -320,7 +320,7 @@ class AnswerTable:
         prefix = f"incr_{self.plan.view}_"
         keys = engine.table(f"{prefix}touched", groups)
         views = {}
-        for t in self.plan.main_tables:
+        for t in self.plan.answer_tables:
             theta = [k.name for k in t.keys if k.name in groups.column_names]
             matching = ({c: groups.column(c) for c in theta}
                         if engine.name == DRIVER and theta else None)
