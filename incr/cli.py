@@ -207,8 +207,8 @@ def _parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("bench", help="time incremental batches against full recompute, the "
                                       "Structured Streaming peer and the floor (seed paper §11)")
     sp.add_argument("name", help="groupby, joingroupby, groupby-deletes, joingroupby-deletes, "
-                                 "kmeans, pagerank, pagerank-deletes, reachability, shortest-path "
-                                 "or backfill")
+                                 "kmeans, pagerank, pagerank-deletes, reachability, shortest-path, "
+                                 "sharing or backfill")
     sp.add_argument("--out", default="bench-out",
                     help="folder for NAME.csv, NAME.png, NAME-profile.csv, NAME.json (and the "
                          "work data while running)")
@@ -222,7 +222,8 @@ def _parser() -> argparse.ArgumentParser:
                          "paper's are 100,200,300,400)")
     sp.add_argument("--increment", type=int, default=None,
                     help="a single increment size (same as --sizes N)")
-    sp.add_argument("--increments", type=int, default=9, help="increments per run (default 9)")
+    sp.add_argument("--increments", type=int, default=None,
+                    help="increments per run (default 9; sharing: 5)")
     sp.add_argument("--deletes", action="store_true",
                     help="every third increment is a delete batch of rows landed earlier")
     sp.add_argument("--append-only", action="store_true",
@@ -265,6 +266,9 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--no-recompute", action="store_true",
                     help="kmeans, pagerank: skip the from-scratch run per batch (and its "
                          "accuracy columns)")
+    sp.add_argument("--views", type=_view_counts, default=None,
+                    help="sharing: numbers of views, one run each with the share pass on and "
+                         "off, the first N of its 20 (default 1,2,5,10,20)")
     sp.add_argument("--gb", type=float, default=6.0,
                     help="backfill: GB of Parquet to generate and backfill (default 6)")
     sp.add_argument("--driver-memory", default="1g",
@@ -552,14 +556,23 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sizes(text: str) -> tuple[int, ...]:
+def _counts(text: str, what: str) -> tuple[int, ...]:
+    """A comma-separated list of positive ``what``."""
     try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of row counts: {text}") from None
-    if not sizes or any(n <= 0 for n in sizes):
-        raise argparse.ArgumentTypeError(f"increment sizes must be positive: {text}")
-    return sizes
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of {what}: {text}") from None
+    if not counts or any(n <= 0 for n in counts):
+        raise argparse.ArgumentTypeError(f"{what} must be positive: {text}")
+    return counts
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    return _counts(text, "row counts")
+
+
+def _view_counts(text: str) -> tuple[int, ...]:
+    return _counts(text, "numbers of views")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -574,6 +587,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return run_backfill_bench(Path(args.out), args.gb, args.driver_memory,
                                   args.kill_after or None, keep_work=args.keep_work,
                                   append_only=args.append_only)
+    if args.name == "sharing":
+        from incr.bench.sharing import main_args as sharing_bench
+
+        return sharing_bench(Path(args.out), args.views, args.initial_rows,
+                             args.increment or (args.sizes[0] if args.sizes else None),
+                             args.increments, keep_work=args.keep_work)
+    if args.views is not None:
+        print("error: --views is for sharing", file=sys.stderr)
+        return 2
+    if args.increments is None:
+        args.increments = 9
     if is_recursive_bench(args.name):
         return recursive_bench(args.name, Path(args.out), args.nodes,
                                args.increment or (args.sizes[0] if args.sizes else None),

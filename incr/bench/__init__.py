@@ -10,7 +10,9 @@ increment is profiled (:mod:`~incr.bench.profile`).
 Benchmarks: ``groupby`` (``SELECT x, AVG(y) FROM S GROUP BY x``) and ``joingroupby`` (the §2
 query over two streams).  ``kmeans`` and ``pagerank`` (the iterative views of
 ``sql/examples``) have their own harness, :mod:`~incr.bench.iterative` (incr against a
-from-scratch run per batch, and the error against the exact answer).  ``--deletes`` (or
+from-scratch run per batch, and the error against the exact answer), and so does
+``sharing`` (1 to 20 views over one stream with the share pass on and off, issue 18),
+:mod:`~incr.bench.sharing`.  ``--deletes`` (or
 the names ``groupby-deletes`` and ``joingroupby-deletes``) makes every third increment a
 delete batch; ``--append-only`` declares the streams insert-only (header option
 ``append_only``: no row index), to measure what that declaration saves.

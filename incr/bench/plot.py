@@ -8,6 +8,9 @@ The iterative benchmarks (``kmeans``, ``pagerank``) get :func:`plot_iterative`: 
 per batch (incr against recompute, the iterate moves incr ran written under its points) above
 the error against the exact answer per batch (incr's and the recompute's).
 
+``incr bench sharing`` gets :func:`plot_sharing`: the median time per increment against the
+number of views, with sharing on and off.
+
 ``python -m incr.bench.plot OUT/NAME.csv ...`` redraws ``NAME.png`` next to each CSV.
 """
 
@@ -16,8 +19,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from incr.bench.results import IncrementRow, read_csv
+
+if TYPE_CHECKING:
+    from incr.bench.sharing import Row
 
 QUERIES = {"groupby": "SELECT x, AVG(y) FROM S GROUP BY x",
            "joingroupby": "SELECT X.A, SUM(Y.B) FROM X JOIN Y ON X.C = Y.C GROUP BY X.A"}
@@ -36,6 +43,33 @@ def title(label: str, initial: int) -> str:
     return (f"{label}: {QUERIES.get(workload, workload)}\n"
             f"{initial:,} initial rows{per}{more} — time per step, lower is better")
 
+def _pyplot():
+    """Pyplot, drawing to files only (the benchmark machine has no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _log_axis(ax, axis: str = "y") -> None:
+    """A log scale on ``ax``'s ``axis`` ticked at 1, 2, 5 × 10^k, in plain numbers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    getattr(ax, f"set_{axis}scale")("log")
+    scale = getattr(ax, f"{axis}axis")
+    scale.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    scale.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    scale.set_minor_formatter(NullFormatter())
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+
+
 SERIES = (  # (attribute, label, style)
     ("incremental_s", "incr (incremental)", {"color": "tab:blue", "marker": "o", "lw": 2.2}),
     ("recompute_s", "recompute all data (Spark)", {"color": "tab:red", "marker": "s", "ls": "--"}),
@@ -46,12 +80,7 @@ SERIES = (  # (attribute, label, style)
 
 def plot(rows: list[IncrementRow], path: Path, title: str) -> None:
     """Writes the figure for ``rows`` (one run, any number of increment sizes) to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
+    plt = _pyplot()
     sizes = sorted({r.size for r in rows})
     cols = min(2, len(sizes))
     nrows = (len(sizes) + cols - 1) // cols
@@ -78,10 +107,7 @@ def plot(rows: list[IncrementRow], path: Path, title: str) -> None:
             ratios += f", peer÷incr {last.vs_peer:.2g}"
         ax.set_title(f"increments of {size:,} rows — at increment {last.increment}:\n{ratios} "
                      f"(>1: incr faster); incr÷floor {last.vs_floor:.2g}", fontsize=10)
-        ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        _log_axis(ax)
         ax.tick_params(axis="y", labelleft=True)
         ax.set_xticks(xs)
         ax.set_xticklabels(["0\ninitial" if x == 0 else (f"{x}\ndelete" if r.kind == "delete"
@@ -94,9 +120,7 @@ def plot(rows: list[IncrementRow], path: Path, title: str) -> None:
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 # The iterative benchmarks (kmeans, pagerank): per size, time per batch above and the error
@@ -115,12 +139,9 @@ FLOOR = 1e-16
 
 def plot_iterative(rows: list[dict], path: Path, title: str) -> None:
     """Writes the figure of an iterative benchmark's CSV rows (any number of sizes)."""
-    import matplotlib
+    from matplotlib.ticker import FuncFormatter
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
+    plt = _pyplot()
     name = "kmeans" if str(rows[0]["name"]).startswith("kmeans") else "pagerank"
     unit = "points" if name == "kmeans" else "edges"
     (left, left_rec, left_label), (right, right_rec, right_label) = ITERATIVE_ERRORS[name]
@@ -152,10 +173,7 @@ def plot_iterative(rows: list[dict], path: Path, title: str) -> None:
             ratio = (f" — recompute÷incr at batch {run[-1]['batch']}: "
                      f"{run[-1]['speedup']:.2g} (>1: incr faster)")
         top.set_title(f"batches of {size:,} {unit}{ratio}", fontsize=10)
-        top.set_yscale("log")
-        top.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        top.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        top.yaxis.set_minor_formatter(NullFormatter())
+        _log_axis(top)
         top.set_ylabel("seconds per batch (log)")
         top.grid(True, which="both", alpha=0.3)
         labels = ["0\ninitial" if r["batch"] == 0 else
@@ -205,9 +223,56 @@ def plot_iterative(rows: list[dict], path: Path, title: str) -> None:
                         bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10.5)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
+
+
+SHARING = {"on": ("sharing on (one state per source, WHERE and GROUP BY)",
+                   {"color": "tab:blue", "marker": "o", "lw": 2.2}),
+           "off": ("sharing off (a state per view)",
+                   {"color": "tab:red", "marker": "s", "ls": "--"})}
+
+
+def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None:
+    """Writes ``incr bench sharing``'s figure: time per increment against the number of views.
+
+    One line per share setting through the medians over the increments, a band from the
+    fastest to the slowest increment, each point's ratio to the smallest N written beside it,
+    and the target (``target`` × the smallest N's median with sharing on) as a dotted line.
+    """
+    import statistics
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9.0, 5.6))
+    counts = sorted({r.views for r in rows})
+    base_on = None
+    for share, (label, style) in SHARING.items():
+        times = [[r.seconds for r in rows if r.views == n and r.share == share and r.batch > 0]
+                 for n in counts]
+        if not all(times):
+            continue
+        medians = [statistics.median(t) for t in times]
+        ax.plot(counts, medians, label=label, ms=6, **style)
+        ax.fill_between(counts, [min(t) for t in times], [max(t) for t in times],
+                        color=style["color"], alpha=0.12, lw=0)
+        for n, m in zip(counts, medians):
+            ax.annotate(f"{m / medians[0]:.2g}×", (n, m), textcoords="offset points",
+                        xytext=(6, 6 if share == "on" else -12), fontsize=8.5,
+                        color=style["color"])
+        if share == "on":
+            base_on = medians[0]
+    if base_on is not None:
+        ax.axhline(target * base_on, color="tab:green", ls=":", lw=1.5,
+                   label=f"target: {target:g}× {counts[0]} view(s), sharing on")
+    _log_axis(ax, "x")
+    _log_axis(ax, "y")
+    ax.set_xticks(counts)
+    ax.set_xlabel("views in the program (the first N of the catalogue)")
+    ax.set_ylabel("seconds per increment (median; band: fastest to slowest)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=9, framealpha=0.85)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    _save(fig, path)
 
 
 def _nan(value: float | None, floor: float | None = None) -> float:
@@ -229,6 +294,11 @@ def main(argv: list[str]) -> int:
         path = Path(name)
         with path.open() as fh:
             header = fh.readline()
+        if "share" in header.split(","):  # incr bench sharing
+            from incr.bench.sharing import draw
+
+            draw(path)
+            continue
         if "moves" in header.split(","):  # an iterative benchmark (kmeans, pagerank)
             from incr.bench.iterative import iterative_title
             from incr.bench.iterative import read_csv as read_iterative

@@ -53,7 +53,7 @@ class Series:
     peer_durations: dict[str, int] = field(default_factory=dict)
 
 
-def _breakdown(report: RunReport) -> dict[str, float]:
+def breakdown(report: RunReport) -> dict[str, float]:
     """The timings incr itself reports for a run, summed over its batches and views."""
     out = {"read_s": 0.0, "index_s": 0.0, "h_s": 0.0, "merge_s": 0.0, "answer_s": 0.0}
     answer_rows = 0
@@ -135,7 +135,7 @@ def run_series(spark: SparkSession, workload: Workload, label: str, work: Path, 
             problems = check_answers(compiled, landing, warehouse, spark, done, recomputed)
             series.mismatches += [f"increment {step.index}: {p}" for p in problems]
             verdict = "ok" if not problems else "MISMATCH"
-        parts = _breakdown(report)
+        parts = breakdown(report)
         answer_rows = int(parts.pop("answer_rows"))
         row = IncrementRow(label, size, step.index, step.kind, initial, step.rows, incremental,
                            recompute_s, peer_s, floor, **parts,

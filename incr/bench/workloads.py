@@ -128,7 +128,7 @@ def land(workload: Workload, landing: Path, initial: int, size: int, increments:
         for stream in workload.streams:
             rows = initial if index == 0 else size
             if kind == DELETE:
-                data = _draw_deletes(rng, live[stream.table], rows)
+                data = draw_deletes(rng, live[stream.table], rows)
                 folder = landing / stream.table / DELETES_DIR
             else:
                 data = rng.integers(0, VALUE_MAX + 1, (rows, len(stream.columns)), dtype=np.int64)
@@ -147,7 +147,7 @@ def land(workload: Workload, landing: Path, initial: int, size: int, increments:
     return steps
 
 
-def _draw_deletes(rng: np.random.Generator, live: list[np.ndarray], rows: int) -> np.ndarray:
+def draw_deletes(rng: np.random.Generator, live: list[np.ndarray], rows: int) -> np.ndarray:
     """Removes ``rows`` random live rows from ``live`` (in place) and returns them."""
     pool = np.concatenate(live) if len(live) > 1 else live[0]
     pick = rng.choice(len(pool), size=min(rows, len(pool)), replace=False)

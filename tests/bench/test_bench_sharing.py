@@ -1,0 +1,119 @@
+"""``incr bench sharing``: the catalogue, the data, and a tiny run end to end.
+
+Timings are never asserted (benchmarks are not timed tests).  What is checked: every view of
+the catalogue compiles with the share pass on and off, the data is deterministic and its
+deletes remove live rows, and a tiny run writes every output with both settings measured and
+every answer compared with the DuckDB oracle.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from incr.bench.sharing import (
+    CATALOGUE,
+    COLUMNS,
+    SHAPES,
+    Row,
+    compile_views,
+    land,
+    live_tables,
+    program_text,
+    read_csv,
+    run_sharing,
+    summary,
+)
+from incr.cli import _parser
+
+
+def test_the_catalogue_compiles_with_sharing_on_and_off() -> None:
+    assert len(CATALOGUE) == 20 and len({v.name for v in CATALOGUE}) == 20
+    assert {v.shape for v in CATALOGUE} == set(SHAPES)
+    for share in (True, False):
+        compiled = compile_views(20, share)
+        assert compiled.program.options.share is share
+        assert [p.view for p in compiled.plans] == [v.name for v in CATALOGUE]
+    assert "-- incr: share = off" in program_text(3, False) and program_text(3, True).count(
+        "CREATE VIEW") == 3
+    # Most views group sales by region; the first five already mix the shapes and the join.
+    assert sum(v.select.endswith("GROUP BY region") and "WHERE" not in v.select
+               for v in CATALOGUE) >= 10
+    assert {v.shape for v in CATALOGUE[:5]} == {"base", "CGMRR", "CMORR", "join"}
+    assert [sorted(p.sources) for p in compile_views(5, True).plans][4] == ["customers", "sales"]
+
+
+def test_data_is_deterministic_and_deletes_remove_live_rows(tmp_path: Path) -> None:
+    a = land(tmp_path / "a", 300, 40, 4)
+    b = land(tmp_path / "b", 300, 40, 4)
+    assert [s.kind for s in a] == ["insert", "insert", "insert", "delete", "insert"]
+    assert [s.rows for s in a] == [300, 40, 40, 40, 40]
+    assert a[0].files["customers"] == "customers/0000.parquet"
+    assert a[3].files["sales"] == "sales/_deletes/0003.parquet"
+    live: Counter = Counter()
+    for sa, sb in zip(a, b):
+        ta = pq.read_table(tmp_path / "a" / sa.files["sales"])
+        assert ta.equals(pq.read_table(tmp_path / "b" / sb.files["sales"]))
+        rows = Counter(map(tuple, (r.values() for r in ta.to_pylist())))
+        if sa.kind == "delete":
+            assert not rows - live  # every deleted row was live
+            live -= rows
+        else:
+            live += rows
+    tables = live_tables(tmp_path / "a", a)
+    assert tables["sales"].num_rows == sum(live.values()) == 300 + 3 * 40 - 40
+    assert tables["customers"].num_rows == 2_000
+
+
+def test_summary_gives_each_settings_ratio_to_the_fewest_views_and_the_target() -> None:
+    def rows(views: int, share: str, seconds: list[float]) -> list[Row]:
+        return [Row("sharing", views, share, batch, "insert", 1_000, 10, s, state_tables=views)
+                for batch, s in enumerate(seconds)]
+
+    summ = summary(rows(1, "on", [9.0, 0.2, 0.4, 0.3]) + rows(1, "off", [9.0, 0.3, 0.3, 0.3])
+                   + rows(20, "on", [50.0, 0.5, 0.4, 0.45]) + rows(20, "off", [90, 3.0, 2.7, 2.4]))
+    one, twenty = summ["by_views"]["1"], summ["by_views"]["20"]
+    assert one["median_on_s"] == 0.3 and one["initial_on_s"] == 9.0  # batch 0 apart
+    assert twenty["on_over_base"] == 1.5 and twenty["off_over_base"] == 9.0
+    assert twenty["off_over_on"] == 6.0 and twenty["within_target"]
+    assert twenty["state_tables_off"] == 20
+    assert summ["baseline_views"] == 1
+    assert summ["target"] == {"views": 20, "on_over_base": 1.5, "off_over_base": 9.0, "met": True}
+    missed = summary(rows(1, "on", [1, 0.2]) + rows(2, "on", [1, 0.31]))
+    assert missed["target"]["met"] is False and missed["by_views"]["2"]["off_over_on"] is None
+
+
+def test_tiny_run_measures_both_settings_and_checks_every_answer(spark, tmp_path: Path) -> None:
+    code = run_sharing(tmp_path, views=(1, 5), initial=2_000, increment=50, increments=3,
+                       warm_up=False, spark=spark, log=None, command="test")
+    assert code == 0
+    with (tmp_path / "sharing.csv").open(newline="") as fh:
+        assert next(csv.reader(fh)) == COLUMNS
+    rows = read_csv(tmp_path / "sharing.csv")
+    assert [(r.views, r.share) for r in rows if r.batch == 0] == [(1, "on"), (1, "off"),
+                                                                  (5, "on"), (5, "off")]
+    for n, share in ((1, "on"), (1, "off"), (5, "on"), (5, "off")):
+        run = [r for r in rows if r.views == n and r.share == share]
+        assert [(r.batch, r.kind, r.rows) for r in run] == [
+            (0, "insert", 2_000), (1, "insert", 50), (2, "insert", 50), (3, "delete", 50)]
+        assert all(r.seconds > 0 and r.state_tables > 0 for r in run)
+        assert [r.check for r in run] == ["", "", "", "ok"]  # the oracle, after the last step
+    meta = json.loads((tmp_path / "sharing.json").read_text())
+    assert meta["oracle"] == {"checked_views": 12, "mismatches": []}
+    assert meta["machine"]["spark"] == spark.version and meta["command"] == "test"
+    by_views = meta["summary"]["by_views"]
+    assert set(by_views) == {"1", "5"} and by_views["1"]["on_over_base"] == 1.0
+    assert meta["summary"]["target"]["views"] == 5
+    assert by_views == summary(rows)["by_views"]
+    assert (tmp_path / "sharing.png").stat().st_size > 10_000
+    assert "| 5 |" in (tmp_path / "sharing.md").read_text()
+    assert not (tmp_path / "sharing-work").exists()
+
+
+def test_command_line() -> None:
+    args = _parser().parse_args(["bench", "sharing", "--views", "1,3", "--increment", "50"])
+    assert args.views == (1, 3) and args.increment == 50 and args.increments is None
