@@ -316,8 +316,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
     compiled = compile_program(args.program)
     stored = {}
     if args.warehouse:  # the types a run stored, where it has run (reading the Delta logs only)
+        from incr.runtime.answer import settle
         from incr.runtime.report import stored_types
+        from incr.runtime.store import DeltaStore
 
+        compiled = settle(compiled, Path(args.warehouse), DeltaStore())  # sharing as it runs
         stored = {p.view: stored_types(Path(args.warehouse), p) for p in compiled.plans}
     if args.view:
         print(explain_plan(compiled.plan(args.view), stored.get(args.view)))
@@ -365,15 +368,17 @@ def _reported(args: argparse.Namespace, report) -> int:
 
 def cmd_answer(args: argparse.Namespace) -> int:
     from incr.compiler import compile_program
+    from incr.runtime.answer import settle
     from incr.runtime.report import answered_by, format_table, read_answer
+    from incr.runtime.store import DeltaStore
 
-    compiled = compile_program(args.program)
+    warehouse = _need(args.warehouse, "--warehouse")
+    compiled = settle(compile_program(args.program), warehouse, DeltaStore())
     try:
         plan = compiled.plan(args.view)
     except KeyError:
         raise IncrError(f"program {compiled.name} has no view {args.view}; its views: "
                         f"{', '.join(p.view for p in compiled.plans)}") from None
-    warehouse = _need(args.warehouse, "--warehouse")
     table, batch = read_answer(warehouse, plan, args.batch)
     if args.batch is None and not answered_by(warehouse, plan):
         print(f"note: view {plan.view} changed and is rebuilding; this is the answer its previous "

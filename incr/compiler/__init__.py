@@ -6,13 +6,14 @@ DAG parsing stay fast and any machine can check a program.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from incr.compiler import iterate, recursion
 from incr.compiler.compilation import Compilation, build_stage
 from incr.compiler.passes import run_passes
-from incr.compiler.passes.share import Share, share, why_alone
+from incr.compiler.passes.share import NEW, Share, served_owner, share, why_alone
 from incr.compiler.plan import IncrementalPlan
 from incr.compiler.program import Program, ViewDecl, load_program, parse_program
 from incr.compiler.translate import StageTranslation, translate
@@ -27,6 +28,12 @@ class CompiledProgram:
     plans: tuple[IncrementalPlan, ...]
     shares: tuple[Share, ...] = ()  # the states several views keep as one (the share pass)
     alone: tuple[tuple[str, str], ...] = ()  # (view, why it shares no state)
+    #: What the share pass started from, so :meth:`settled` can run it again: each view's
+    #: plan before sharing, the views that may share (after ``lineage``), and why the
+    #: others may not.
+    unshared: tuple[tuple[IncrementalPlan, ...], tuple[tuple[str, Compilation], ...],
+                    tuple[tuple[str, str], ...]] = field(default=((), (), ()), compare=False,
+                                                         repr=False)
 
     @property
     def name(self) -> str:
@@ -39,6 +46,36 @@ class CompiledProgram:
             if p.view.lower() == view.lower():
                 return p
         raise KeyError(view)
+
+    def settled(self, served: Mapping[str, str], present: Collection[str] = ()) -> CompiledProgram:
+        """The program as it runs against a warehouse whose views already serve answers.
+
+        ``served`` maps a view to the state its published answer was computed from (the
+        answer's ``incr.state``: ``owner/generation`` for a shared state, the generation of
+        the view's own state otherwise); ``present`` names the shared states' generations
+        the warehouse holds (``owner/generation``).  A view never rebuilds only because
+        sharing would group it differently: while it serves from a state other than the
+        one the share pass planned for it, and that state is not being built (a refresh
+        starts it), it keeps the grouping it has (the views it was served with, or none),
+        and the views new to its group share among themselves.  A view whose own
+        definition changed rebuilds as it would anyway.
+        """
+        labels: dict[str, str] = {}
+        for s in self.shares:
+            fingerprint = self.plan(s.views[0]).state_fingerprint
+            here = {v: served[v] for v in s.views if v in served}
+            ours = [o for o in present if _generation_of(o, s.owner, fingerprint)]
+            if ours or all(_generation_of(o, s.owner, fingerprint) for o in here.values()):
+                continue
+            labels.update({v: served_owner(here[v], v) if v in here else NEW for v in s.views})
+        if not labels:
+            return self
+        return _shared(self.program, *self.unshared, labels)
+
+
+def _generation_of(state: str, owner: str, fingerprint: str) -> bool:
+    """Whether ``state`` (``owner/generation``) is one of ``owner``'s generations of ``fingerprint``."""
+    return state == f"{owner}/{fingerprint}" or state.startswith(f"{owner}/{fingerprint}.r")
 
 
 def compile_program(path: str | Path) -> CompiledProgram:
@@ -58,18 +95,25 @@ def compile_parsed(program: Program) -> CompiledProgram:
     """
     plans = tuple(compile_view(program, v) for v in program.views)
     alone: list[tuple[str, str]] = []
-    starts: dict[str, Compilation] = {}
+    starts: list[tuple[str, Compilation]] = []
     for view, plan in zip(program.views, plans):
         why = why_alone(plan, view)
         if why is not None:
             alone.append((plan.view, why))
         elif program.options.share:
-            starts[plan.view] = run_passes(start(program, view), until="lineage")
-    sharing = share(program, plans, starts)
+            starts.append((plan.view, run_passes(start(program, view), until="lineage")))
+    return _shared(program, plans, tuple(starts), tuple(alone))
+
+
+def _shared(program: Program, plans: tuple[IncrementalPlan, ...],
+            starts: tuple[tuple[str, Compilation], ...], alone: tuple[tuple[str, str], ...],
+            labels: Mapping[str, str] | None = None) -> CompiledProgram:
+    """The program after the share pass (``labels``: see :func:`share`)."""
+    sharing = share(program, plans, dict(starts), labels)
     order = {p.view: i for i, p in enumerate(plans)}
     reasons = sorted([*alone, *sharing.alone], key=lambda pair: order[pair[0]])
-    return CompiledProgram(program, sharing.plans, sharing.shares,
-                           tuple(dict(reasons).items()))
+    return CompiledProgram(program, sharing.plans, sharing.shares, tuple(dict(reasons).items()),
+                           (plans, starts, alone))
 
 
 def start(program: Program, view: ViewDecl) -> Compilation:

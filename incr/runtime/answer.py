@@ -54,6 +54,7 @@ from incr.runtime.store import BATCH_KEY, DeltaStore, has_deletion_vectors
 from incr.runtime.types import nullable
 
 if TYPE_CHECKING:
+    from incr.compiler import CompiledProgram
     from incr.runtime.fold import ViewMetrics
 
 ANSWER_FP = "incr.answer_fingerprint"
@@ -357,3 +358,20 @@ def served_state(commit: dict[str, Any]) -> str | None:
     """The state generation an answer commit names (an answer written before generations
     were recorded names its state fingerprint, the directory of its generation 0)."""
     return commit.get(STATE_KEY) or commit.get("incr.state_fingerprint")
+
+
+def settle(compiled: CompiledProgram, warehouse: Path, store: DeltaStore) -> CompiledProgram:
+    """``compiled`` as it runs against ``warehouse``
+    (:meth:`~incr.compiler.CompiledProgram.settled`): the views sharing a state keep the
+    states their published answers are computed from, so adding a view (or switching
+    sharing on) never rebuilds a view that is being served; a refresh regroups them."""
+    served: dict[str, str] = {}
+    present: list[str] = []
+    for s in compiled.shares:
+        root = warehouse / "state" / s.owner
+        present += [f"{s.owner}/{p.name}" for p in root.iterdir()] if root.is_dir() else []
+        for view in s.views:
+            state = served_state(store.last_commit(warehouse / "answers" / view))
+            if state:
+                served[view] = state
+    return compiled.settled(served, present)

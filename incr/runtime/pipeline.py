@@ -40,6 +40,7 @@ from incr.compiler.program import TableDecl
 from incr.config import Settings
 from incr.errors import InputError, Location, OutOfRangeError, StorageError
 from incr.runtime import faults
+from incr.runtime.answer import settle
 from incr.runtime.engine import Engines, log
 from incr.runtime.ingest import LoadedBatch, load_batch, sweep_slices
 from incr.runtime.iterate import view_runtime
@@ -165,16 +166,16 @@ class Pipeline:
         (:mod:`incr.runtime.local`) where it applies; 0 keeps everything in Spark.
         The default is the setting ``INCR_LOCAL_ROWS``.  ``config``: every other setting
         (:mod:`incr.config`; default: the environment's)."""
-        self.compiled = compiled
         self.landing = Path(landing)
         self.warehouse = Path(warehouse)
         check_table_root(self.warehouse)
         self.engines = Engines(config, spark=spark, local_rows=local_rows)
         self.store = store or DeltaStore(self.engines.settings.mirror_rows,
                                          self.engines.settings.local_state_rows)
+        self.planned = compiled  # as compiled; self.compiled is as it runs here (settle)
         self.meta = self.warehouse / "_incr" / compiled.name
-        self.locks = Locks(self.meta / "locks", compiled.name,
-                           {s.owner: s.views for s in compiled.shares})
+        self._views: dict[str, ViewRuntime] | None = None
+        self._settle()
         self.ledger = Ledger(self.store, self.meta / "ledger")
         names = {s.lower() for p in compiled.plans for s in p.sources}
         self.tables: dict[str, TableDecl] = {t.name: t for t in compiled.program.tables
@@ -184,8 +185,15 @@ class Pipeline:
         self.indexes = {name: RowIndex(self.store, self.meta / "rows" / name, t,
                                        self.schemas[name].added)
                         for name, t in self.tables.items() if not t.append_only}
-        self._views: dict[str, ViewRuntime] | None = None
         self.scratch = self.meta / "slices"  # copies of slices for Spark to read
+
+    def _settle(self) -> None:
+        """Plans the program as it runs against this warehouse (views that share a state
+        keep the states they serve from: :func:`~incr.runtime.answer.settle`)."""
+        self.compiled = settle(self.planned, self.warehouse, self.store)
+        self.locks = Locks(self.meta / "locks", self.compiled.name,
+                           {s.owner: s.views for s in self.compiled.shares})
+        self._views = None
 
     # -- plumbing ------------------------------------------------------------------------------
     @property
@@ -585,8 +593,21 @@ class Pipeline:
         and its answer keeps being served until the new one has caught up and takes over
         in one commit.  Returns the new generation's directory."""
         runtime = self._view_runtime(view)
-        with self.locks.hold(views=(runtime.plan.state_owner,), wait_s=self._wait(runtime)):
-            return runtime.refresh()
+        planned = self.planned.plan(runtime.plan.view)
+        owners = tuple(dict.fromkeys((runtime.plan.state_owner, planned.state_owner)))
+        with self.locks.hold(views=owners, wait_s=self._wait(runtime)):
+            if planned.state_owner == runtime.plan.state_owner and \
+                    planned.state_fingerprint == runtime.plan.state_fingerprint:
+                return runtime.refresh()
+            # Kept apart from the views it may share with (settle): the refresh builds
+            # the state the share pass plans for them all, which they then take.
+            log.info("view %s: refreshing into the state it shares with %s (%s)", planned.view,
+                     ", ".join(v.plan.view for v in self.views.values()
+                               if self.planned.plan(v.plan.view).shares == planned.shares),
+                     planned.shares)
+            root = ViewState(planned, self.store, self.warehouse).new_generation()
+        self._settle()
+        return root
 
     def _publish_at(self, view: ViewRuntime, batches: list[Batch], progress: _Progress,
                     through: int | None) -> int:

@@ -142,3 +142,38 @@ CREATE VIEW c AS SELECT g, SUM(v) AS s FROM t GROUP BY g;
 if __name__ == "__main__":
     for c in load_cases():
         print(f"# {c.title}\n{render(compile_text(c.program, 'share.sql'))}\n", file=sys.stdout)
+
+
+def test_settled_keeps_the_grouping_views_are_served_from():
+    """What a warehouse serves decides the grouping a run uses (the runtime's settle):
+    served views keep their state, views new beside them share among themselves."""
+    views = ["CREATE VIEW a AS SELECT k, SUM(v) AS s FROM t GROUP BY k;",
+             "CREATE VIEW b AS SELECT k, COUNT(*) AS n FROM t GROUP BY k;",
+             "CREATE VIEW c AS SELECT k, MAX(d) AS m FROM t GROUP BY k;",
+             "CREATE VIEW e AS SELECT k, MIN(x) AS lo FROM t GROUP BY k;"]
+    two = compile_text("\n".join([TABLE, *views[:2]]), name="shop")
+    four = compile_text("\n".join([TABLE, *views]), name="shop")
+    owner, old = two.shares[0].owner, two.plans[0].state_fingerprint
+    new = four.plans[0].state_fingerprint
+    # Nothing served yet, or served from the planned state (a refresh's generation too).
+    assert four.settled({}) is four
+    assert four.settled({"a": f"{owner}/{new}", "b": f"{owner}/{new}.r2"}) is four
+    # Served from the state a and b shared: they keep it; c and e share one of their own.
+    served = {"a": f"{owner}/{old}", "b": f"{owner}/{old}"}
+    settled = four.settled(served)
+    assert [s.views for s in settled.shares] == [("a", "b"), ("c", "e")]
+    assert settled.plan("a").state_fingerprint == old and settled.plan("a").shares == owner
+    fresh = settled.plan("c").shares
+    assert fresh is not None and fresh.startswith(f"{owner}-") and fresh != owner
+    # Once c and e serve from theirs, the same grouping, under the same names.
+    again = four.settled({**served, "c": f"{fresh}/x", "e": f"{fresh}/x"})
+    assert again.shares == settled.shares
+    # A refresh started the planned state: everyone takes it.
+    assert four.settled(served, [f"{owner}/{new}.r1"]) is four
+    # A view served from a state of its own keeps it; alone, it says why.
+    apart = four.settled({"a": old})
+    assert apart.plan("a").shares is None and apart.plan("a").state_fingerprint == \
+        compile_text("\n".join([TABLE, views[0]])).plans[0].state_fingerprint
+    assert "keeps the state it is served from rather than rebuild it to share with b, c, e" in \
+        dict(apart.alone)["a"]
+    assert [s.views for s in apart.shares] == [("b", "c", "e")]

@@ -69,7 +69,10 @@ def test_a_new_nullable_column_is_taken_without_rebuilding_views_that_do_not_rea
     assert not run(before).rejected
     live = [{"k": "a", "v": 1}, {"k": "a", "v": 3}, {"k": "c", "v": 4}, {"k": "b", "v": 5}]
     state = warehouse / "state" / "totals" / before.plan("totals").state_fingerprint
-    assert after.plan("totals").state_fingerprint == before.plan("totals").state_fingerprint
+    # ``discounts`` could share totals' state, but totals is served from its own: it keeps it.
+    assert after.shares and after.plan("totals").shares is not None
+    settled = Pipeline(after, landing, warehouse, spark=spark).compiled
+    assert settled.plan("totals").state_fingerprint == before.plan("totals").state_fingerprint
     assert after.plan("everything").state_fingerprint != before.plan("everything").state_fingerprint
 
     # The column is declared; new files have it, and a delete of an old row names it NULL.

@@ -123,7 +123,10 @@ def test_a_view_added_to_a_shared_state_publishes_from_it(spark, dirs):
     _check(warehouse, after, 3)
 
 
-def test_sharing_switched_on_and_off_rebuilds_and_removes_what_is_left(spark, dirs):
+def test_sharing_switched_on_keeps_served_views_apart_until_a_refresh(spark, dirs):
+    """Switching sharing on rebuilds nothing a reader is served from: the views keep their
+    own states (and fold each batch into them) until a refresh builds the shared state
+    beside them; switched off, each view rebuilds its own and the shared one goes."""
     landing, warehouse = dirs
     views = TOTALS + EXTREMES
     off = compile_text("-- incr: share = off\n" + TABLE + views, name="shop")
@@ -133,28 +136,65 @@ def test_sharing_switched_on_and_off_rebuilds_and_removes_what_is_left(spark, di
         Pipeline(off, landing, warehouse, spark=spark, local_rows=1000).run()
     assert _states(warehouse) == {"totals", "extremes"}
     _land(landing, 2)
-    Pipeline(on, landing, warehouse, spark=spark, local_rows=1000).run()
+    report = Pipeline(on, landing, warehouse, spark=spark, local_rows=1000).run()
+    assert {m.answer_mode for m in report.applied[0].views} != {"building"}  # folded, not rebuilt
     _check(warehouse, on, 2)
-    assert _states(warehouse) == {on.shares[0].owner}  # each view's own state is gone
+    assert _states(warehouse) == {"totals", "extremes"}
+
+    pipeline = Pipeline(on, landing, warehouse, spark=spark, local_rows=1000)
+    assert not pipeline.compiled.shares  # kept apart: each serves from its own state
+    pipeline.refresh("extremes")  # regroups them: the shared state is built beside
+    assert pipeline.compiled.shares == on.shares
     _land(landing, 3)
+    report = pipeline.run()
+    assert [m.answer_mode for b in report.applied for m in b.views if m.view == "totals"] == \
+        ["building"] * 3 + ["rewrite"]
+    _check(warehouse, on, 3)
+    assert _states(warehouse) == {on.shares[0].owner}  # each view's own state is gone
+
+    _land(landing, 4)
     Pipeline(off, landing, warehouse, spark=spark, local_rows=1000).run()
-    _check(warehouse, off, 3)
+    _check(warehouse, off, 4)
     assert _states(warehouse) == {"totals", "extremes"}  # and the shared one, once unread
 
 
-def test_a_view_with_new_aggregates_rebuilds_the_shared_state(spark, dirs):
+def test_a_view_with_new_aggregates_shares_nothing_with_served_views_until_a_refresh(spark, dirs):
+    """A view added beside views sharing a state, needing aggregates it does not keep,
+    does not make them rebuild: they go on from their state, the new view builds its own;
+    a refresh of any of them builds one state for all three, and the others are removed."""
     landing, warehouse = dirs
     before = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
     for seq in range(2):
         _land(landing, seq)
         Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
-    more = "CREATE VIEW spread AS SELECT k, SUM(x) AS sx, STDDEV_POP(x) AS sd FROM t GROUP BY k;\n"
+    more = ("CREATE VIEW spread AS SELECT k, SUM(x) AS sx, STDDEV_POP(x) AS sd FROM t GROUP BY k;\n"
+            "CREATE VIEW widest AS SELECT k, MAX(x) - MIN(x) AS w FROM t GROUP BY k;\n")
     after = compile_text(TABLE + TOTALS + EXTREMES + more, name="shop")
     owner = after.shares[0].owner
     assert owner == before.shares[0].owner
     assert after.plan("totals").state_fingerprint != before.plan("totals").state_fingerprint
     _land(landing, 2)
-    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
+    pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000)
+    settled = pipeline.compiled
+    assert [s.views for s in settled.shares] == [("totals", "extremes"), ("spread", "widest")]
+    assert settled.plan("totals").state_fingerprint == before.plan("totals").state_fingerprint
+    new_owner = settled.plan("spread").state_owner
+    assert new_owner.startswith(f"{owner}-")
+    report = pipeline.run()
+    modes = {m.view: m.answer_mode for m in report.applied[-1].views}
+    assert modes["totals"] != "building" and modes["extremes"] != "building"
     _check(warehouse, after, 2)
+    assert _states(warehouse) == {owner, new_owner}
     generations = {p.name for p in (warehouse / "state" / owner).iterdir()}
-    assert generations == {after.plan("totals").state_fingerprint}  # the old one removed
+    assert generations == {before.plan("totals").state_fingerprint}  # kept, not rebuilt
+    # The next run plans the same: the new views now serve from their own shared state.
+    again = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000)
+    assert again.compiled.shares == settled.shares
+
+    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).refresh("spread")
+    _land(landing, 3)
+    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
+    _check(warehouse, after, 3)
+    assert _states(warehouse) == {owner}
+    generations = {p.name for p in (warehouse / "state" / owner).iterdir()}
+    assert generations == {f"{after.plan('totals').state_fingerprint}.r1"}

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from incr.compiler.compilation import Compilation, build_stage
@@ -52,6 +53,9 @@ SHARED = "_shared_"
 
 #: Why a view shares nothing, when sharing is off.
 OFF = "sharing is off (-- incr: share = off)"
+
+#: The label (:func:`share`) of a view that serves no answer yet.
+NEW = "+new"
 
 
 @dataclass(frozen=True)
@@ -93,35 +97,57 @@ class Sharing:
 
 
 def share(program: Program, plans: tuple[IncrementalPlan, ...],
-          start: dict[str, Compilation]) -> Sharing:
+          start: dict[str, Compilation], labels: Mapping[str, str] | None = None) -> Sharing:
     """Plans one state per group of views that can share it.
 
     ``start`` holds, per view that may share, its compilation after the ``lineage`` pass
-    (the views not in it share nothing: the caller says why in ``alone``).
+    (the views not in it share nothing: the caller says why in ``alone``).  ``labels``
+    (from :meth:`~incr.compiler.CompiledProgram.settled`) keeps apart views the warehouse
+    serves from different states: only views of one label share, under the state named
+    by the label when it is this group's (:func:`served_owner`); views labelled :data:`NEW`
+    share a state of their own; a view labelled with its own name keeps its own state.
     """
     if not program.options.share:
         return Sharing(plans, (), tuple((p.view, OFF) for p in plans))
-    groups: dict[object, list[str]] = {}
+    labels = labels or {}
+    groups: dict[tuple[object, str], list[str]] = {}
     for view, c in start.items():
-        groups.setdefault(_signature(c), []).append(view)
+        groups.setdefault((_signature(c), labels.get(view, "")), []).append(view)
+    kin = {v: [w for (sig, _), vs in groups.items() if sig == key[0] for w in vs]
+           for key, views in groups.items() for v in views}
     by_view = {p.view: p for p in plans}
     shares: list[Share] = []
     alone: list[tuple[str, str]] = []
-    for views in groups.values():
+    for (_, label), views in groups.items():
         if len(views) < 2:
             c = start[views[0]]
-            why = f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
+            others = [w for w in kin[views[0]] if w != views[0]]
+            why = (f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
+                   if not others else
+                   f"it keeps the state it is served from rather than rebuild it to share "
+                   f"with {', '.join(others)} (a refresh of the views regroups them)"
+                   if label != NEW else
+                   f"it is new beside {', '.join(others)}, which keep the state they are "
+                   f"served from")
             alone.append((views[0], why))
             continue
         try:
             group, planned = _merge(program, [start[v] for v in views],
-                                    [by_view[v] for v in views])
+                                    [by_view[v] for v in views], label)
         except IncrError as e:  # each view compiled alone: it keeps its own state, as it can
             alone += [(v, f"the state of {', '.join(views)} cannot be merged ({e})") for v in views]
             continue
         shares.append(group)
         by_view.update(planned)
     return Sharing(tuple(by_view[p.view] for p in plans), tuple(shares), tuple(alone))
+
+
+def served_owner(served: str, view: str) -> str:
+    """The name of the state an answer's ``incr.state`` names.
+
+    It is ``owner/generation`` for a shared state, a generation of ``view``'s own otherwise.
+    """
+    return served.split("/", 1)[0] if "/" in served else view
 
 
 def why_alone(plan: IncrementalPlan, view: ViewDecl) -> str | None:
@@ -216,8 +242,13 @@ def _aggregate(c: Compilation) -> Aggregate:
 
 
 def _merge(program: Program, members: list[Compilation], plans: list[IncrementalPlan],
-           ) -> tuple[Share, dict[str, IncrementalPlan]]:
-    """The group's state, compiled once, and each member's plan reading it."""
+           label: str = "") -> tuple[Share, dict[str, IncrementalPlan]]:
+    """The group's state, compiled once, and each member's plan reading it.
+
+    The state is named by the group's input and θ; by ``label`` when it is such a name
+    (views served from it keep it); by both and the views' names for a group of views
+    new beside others (:data:`NEW`).
+    """
     first = _widened(program, members)
     agg = _aggregate(first)
     calls: list[AggCall] = []
@@ -239,6 +270,12 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     stage = build_stage(merged)
     states = {a.name: a for a in merged.aggregates}
     owner = _owner(first)
+    if label and label != owner and not label.startswith(f"{owner}-"):
+        # New beside views that keep their state, or served from a state of another input.
+        salt = ",".join(sorted(p.view.lower() for p in plans))
+        owner = f"{owner}-{hashlib.sha256(salt.encode()).hexdigest()[:6]}"
+    elif label:
+        owner = label
     planned: dict[str, IncrementalPlan] = {}
     for c, plan, renamed in zip(members, plans, names):
         aggregates = tuple(replace(states[renamed[a.name]], name=a.name)
