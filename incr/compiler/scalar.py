@@ -22,6 +22,13 @@ def _parse(sql: str) -> exp.Expr:
     return sqlglot.parse_one(sql, read=CANONICAL_DIALECT)
 
 
+@lru_cache(maxsize=8192)
+def _render(sql: str, dialect: str) -> str:
+    # Rendered once per text and dialect: the runtime renders every h and answer of every
+    # view for every batch, and a sqlglot copy and generate costs milliseconds each.
+    return render_expression(_parse(sql).copy(), dialect)
+
+
 @dataclass(frozen=True, order=True)
 class Scalar:
     """A scalar SQL expression over named columns."""
@@ -61,7 +68,7 @@ class Scalar:
 
     def render(self, dialect: str) -> str:
         """The expression as SQL text for ``dialect`` (see :mod:`incr.compiler.dialect`)."""
-        return render_expression(self.tree(), dialect)
+        return _render(self.sql, dialect)
 
     def __str__(self) -> str:
         return self.sql

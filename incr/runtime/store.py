@@ -124,6 +124,10 @@ class DeltaStore:
         #: The last :meth:`read_matching` of a table with deletion vectors on one column or
         #: on every column it names: (version, what it matched, the rows with their positions).
         self._found: dict[str, tuple[int, tuple[lookup.Wanted, ...], lookup.Found]] = {}
+        #: The batch each kept table's version last committed, by the version and commit
+        #: stamp it was read at: a run asks it of every state table once per view per batch,
+        #: and delta-rs answers from the whole log each time.
+        self._batches: dict[str, tuple[int, tuple[int, int] | None, int | None]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -285,9 +289,22 @@ class DeltaStore:
 
     def batch_version(self, path: str | Path) -> int | None:
         """The last batch committed to the table (None: table missing or never written by a batch)."""
-        if not self.exists(path):
+        key = str(path)
+        if key not in self._open and not self.exists(path):
             return None
-        return self.table(path).transaction_version(APP_ID)
+        try:
+            dt = self.table(path)
+        except StorageError:
+            if self.exists(path):
+                raise
+            return None  # a kept table whose directory is gone
+        version, stamp = dt.version(), self._open.get(key, (dt, None))[1]
+        seen = self._batches.get(key)
+        if stamp is not None and seen is not None and seen[:2] == (version, stamp):
+            return seen[2]
+        batch = dt.transaction_version(APP_ID)
+        self._batches[key] = (version, stamp, batch)
+        return batch
 
     def applied_through(self, path: str | Path) -> int:
         """Like :meth:`batch_version`, with -1 for "no batch yet" (batches count from 0)."""
