@@ -298,7 +298,7 @@ class DeltaStore:
             if self.exists(path):
                 raise
             return None  # a kept table whose directory is gone
-        version, stamp = dt.version(), self._open.get(key, (dt, None))[1]
+        version, stamp = dt.version(), self._open[key][1]  # table() keeps what it opens
         seen = self._batches.get(key)
         if stamp is not None and seen is not None and seen[:2] == (version, stamp):
             return seen[2]
