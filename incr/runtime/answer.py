@@ -169,13 +169,16 @@ class AnswerTable:
         return f"incr answer of view {self.plan.view} (program {self.plan.program})"
 
     def publish(self, batch: int, touched: pa.Table | None = None,
-                metrics: ViewMetrics | None = None) -> int:
+                metrics: ViewMetrics | None = None, noted: bool = True) -> int:
         """Writes the answer table's version for ``batch`` (once); returns the rows written
         (-1: already published).
 
         ``touched``: θ and ``_bucket`` of the groups the batch changed, given only when the
         answer was a(state) of the state before the batch; then a per-group answer is
         maintained by change.  Otherwise (or when the setting is off) a(state) is rewritten.
+        ``noted``: whether rows a fold of ``batch`` kept (:meth:`ViewState.touched_rows`)
+        may stand for the state's rows of ``touched``; not when ``touched`` also holds
+        groups of earlier folds, whose rows those do not include.
         """
         through = self.through()
         if through >= batch:
@@ -184,7 +187,7 @@ class AnswerTable:
         if (touched is not None and through >= 0 and self.plan.publish.by_change
                 and self.engines.settings.answer_by_change
                 and (vectors or self._merge_pays(touched))):
-            change = self.compute_change(touched, batch)
+            change = self.compute_change(touched, batch if noted else -1)
             merge = (self.store.merge(self.path, change)
                      .on_groups(self.plan.publish.columns, GONE)
                      .when_matched_delete()
@@ -245,14 +248,13 @@ class AnswerTable:
 
     def compute_change(self, touched: pa.Table, batch: int = -1) -> pa.Table:
         """The answer rows of the ``touched`` groups, with a tombstone per group
-        (:meth:`~incr.compiler.plan.IncrementalPlan.answer_change_sql`), from the rows the
-        fold of ``batch`` kept of them (:meth:`ViewState.touched_rows`), else read from the
-        touched buckets of the state only."""
+        (:meth:`~incr.compiler.plan.IncrementalPlan.answer_change_sql`), from the rows of
+        them kept after the fold of ``batch`` (:meth:`ViewState.touched_rows`), else read
+        from the touched buckets of the state only (-1: nothing kept applies)."""
         schema = self.store.schema(self.path).append(pa.field(GONE, pa.bool_()))
         buckets = pc.unique(touched.column(BUCKET)).to_pylist()
-        rows = self.state.touched_rows(batch)
         return self._on_engine(touched.num_rows, None, lambda name: self._run_change(
-            name, touched, buckets, schema, rows))
+            name, touched, buckets, schema, batch))
 
     def compute_top(self, touched: pa.Table) -> pa.Table | None:
         """A top-k answer from the old top rows' groups and the ``touched`` groups (reading
@@ -310,38 +312,47 @@ class AnswerTable:
         finally:
             engine.close()
 
-    def _touched_views(self, engine: Engine, groups: pa.Table, buckets: list[int]) -> dict[str, str]:
+    def _touched_views(self, engine: Engine, groups: pa.Table, buckets: list[int],
+                       batch: int = -1) -> dict[str, str]:
         """Each main state table restricted to the rows of ``groups`` (read from ``buckets``).
 
         On the driver only the state rows whose θ columns each hold one of the groups'
         values are read (a filtered scan), so the driver holds about the touched groups'
         rows, not their buckets: a batch of keys spread over the whole key range reaches
-        every bucket.
+        every bucket.  ``batch``, when ``groups`` are the ones its fold touched: a table's
+        rows kept after that fold (:meth:`ViewState.touched_rows`) are not read again, and
+        on the driver the rows read are kept for the other views sharing the state.
         """
         prefix = f"incr_{self.plan.view}_"
         keys = engine.table(f"{prefix}touched", groups)
+        kept = self.state.touched_rows(batch)
+        keep = batch >= 0 and engine.name == DRIVER and self.plan.shares is not None
         views = {}
         for t in self.plan.answer_tables:
+            name = f"{prefix}touched_{t.name}"
+            if t.name in kept:
+                views[t.name] = engine.table(name, kept[t.name])
+                continue
             theta = [k.name for k in t.keys if k.name in groups.column_names]
             matching = ({c: groups.column(c) for c in theta}
                         if engine.name == DRIVER and theta else None)
             state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets,
                                  matching=matching, every=True,
                                  bucketed_by=self.plan.top.bucketed_by(t))
-            views[t.name] = engine.view(f"{prefix}touched_{t.name}",
-                                        render_old_rows(t, state, keys))
+            rows = render_old_rows(t, state, keys)
+            if keep:
+                read = engine.collect(rows, self.state.schema(t.name))
+                self.state.note_rows(batch, t.name, read)
+                views[t.name] = engine.table(name, read)
+            else:
+                views[t.name] = engine.view(name, rows)
         return views
 
     def _run_change(self, name: str, touched: pa.Table, buckets: list[int],
-                    schema: pa.Schema, rows: dict[str, pa.Table] | None) -> pa.Table:
+                    schema: pa.Schema, batch: int) -> pa.Table:
         engine = self.engines.engine(name, self.store)
-        prefix = f"incr_{self.plan.view}_"
         try:
-            if rows is not None:
-                engine.table(f"{prefix}touched", touched)
-                views = {t: engine.table(f"{prefix}touched_{t}", r) for t, r in rows.items()}
-            else:
-                views = self._touched_views(engine, touched, buckets)
+            views = self._touched_views(engine, touched, buckets, batch)
             keys = f"incr_{self.plan.view}_touched"
             return engine.collect(self.plan.answer_change_sql(views, keys), schema)
         finally:

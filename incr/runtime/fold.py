@@ -388,7 +388,7 @@ class Fold:
                 if stage is self.plan.top and table.key_columns == tuple(k.name for k in table.keys):
                     # every row of a touched group is a changed one (no bag): the answer's
                     # rows of those groups come from these, not from reading the state again
-                    self.state.note_rows(batch, table, live)
+                    self.state.note_rows(batch, table.name, live)
             else:
                 touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
             self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)

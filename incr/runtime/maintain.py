@@ -38,6 +38,7 @@ from incr.runtime.landing import DELETE
 from incr.runtime.session import SparkEngine
 from incr.runtime.state import ViewState
 from incr.runtime.store import DeltaStore
+from incr.runtime.touchlog import union_touched
 
 __all__ = ["Change", "ViewMetrics", "ViewRuntime", "WrappedRuntime", "union_touched"]
 
@@ -138,10 +139,23 @@ class ViewRuntime:
         touched = self._fold(batch, changes, -1 if kind == DELETE else 1, metrics)
         if touched is not None or metrics.engine:
             self.state.folded = (batch, before, touched)
+            if (self.plan.shares is not None and touched is not None and 0 <= before < batch
+                    and touched.num_rows <= self.engines.settings.local_state_rows):
+                self.state.touch_log.record(batch, before, touched)
         elif self.plan.shares is not None and self.state.folded[0] == batch:
             _, before, touched = self.state.folded  # another view sharing the state folded it
             metrics.engine = "shared"
         in_step = answer_at >= 0 and answer_at == before < batch
+        # Rows the fold of ``batch`` kept for the answer cover the groups of that fold only.
+        noted = in_step
+        if (not in_step and self.plan.shares is not None and 0 <= answer_at < batch
+                and self.state_through() == batch == self.furthest()):
+            # Another view's task (another process) folded the shared state, maybe over
+            # several batches since this view's answer: the groups they touched are logged.
+            logged = self.state.touch_log.since(answer_at, batch)
+            if logged is not None:
+                touched, in_step, noted = logged, True, False
+                metrics.engine = metrics.engine or "shared"
         faults.crash_point("view.after_state", batch)
         if held_back(metrics, batch, publish_at):
             return metrics
@@ -152,7 +166,7 @@ class ViewRuntime:
             return metrics
         t3 = time.perf_counter()
         metrics.answer_rows = self.answer.publish(batch, touched if in_step else None,
-                                                  metrics)
+                                                  metrics, noted=noted)
         metrics.answer_s = time.perf_counter() - t3
         faults.crash_point("view.after_answer", batch)
         return metrics
@@ -369,16 +383,6 @@ class WrappedRuntime:
             self._spark_views.table(name, rows)
 
         return register
-
-
-def union_touched(*tables: pa.Table | None) -> pa.Table | None:
-    """The touched groups of several folds (None: one is not known, so neither is the union)."""
-    if not tables or any(t is None for t in tables):
-        return None
-    known = [t for t in tables if t is not None and t.num_rows] or [tables[0]]
-    first = known[0]
-    rows = pa.concat_tables([t.select(first.column_names).cast(first.schema) for t in known])
-    return rows.group_by(rows.column_names).aggregate([])
 
 
 def held_back(metrics: ViewMetrics, batch: int, publish_at: int) -> bool:

@@ -49,6 +49,7 @@ from incr.errors import StorageError
 from incr.runtime.engine import per_engine
 from incr.runtime.landing import DELETE
 from incr.runtime.store import DeltaStore, has_deletion_vectors
+from incr.runtime.touchlog import TouchLog
 from incr.runtime.types import arrow_schema, nullable
 
 if TYPE_CHECKING:
@@ -90,6 +91,12 @@ class ViewState:
         made a new generation writes to the new one once it holds the view's lock.
         """
         return self.view_root / self.generation_name(self._generation())
+
+    @property
+    def touch_log(self) -> TouchLog:
+        """The groups each fold of this state touched, for the views sharing it that publish
+        in another process (:mod:`~incr.runtime.touchlog`)."""
+        return TouchLog(self.root)
 
     def _generation(self) -> int:
         """The newest refresh generation of the fingerprint present (0: the plain one)."""
@@ -215,20 +222,19 @@ class ViewState:
         self.compact(table)
         return changed.num_rows
 
-    def note_rows(self, batch: int, table: StateTable, rows: pa.Table) -> None:
+    def note_rows(self, batch: int, table: str, rows: pa.Table) -> None:
         """Keeps ``rows``, every live row of the groups ``batch`` touched in ``table`` (a main
-        table of the view's own stage), for the answer to read instead of the state."""
+        table of the view's own stage) after its fold, for answers to read instead of the
+        state: a fold by deletion vectors writes them, and the first view sharing the state
+        to read them for its answer keeps them for the others."""
         if self._touched_rows[0] != batch:
             self._touched_rows = (batch, {})
-        self._touched_rows[1][table.name] = rows
+        self._touched_rows[1][table] = rows
 
-    def touched_rows(self, batch: int) -> dict[str, pa.Table] | None:
-        """The rows :meth:`note_rows` kept for ``batch`` when it kept them for every main
-        table of the view's own stage (None otherwise)."""
+    def touched_rows(self, batch: int) -> dict[str, pa.Table]:
+        """The rows :meth:`note_rows` kept for ``batch``, by table (those it kept)."""
         at, rows = self._touched_rows
-        if at != batch or set(rows) != {t.name for t in self.plan.main_tables}:
-            return None
-        return rows
+        return rows if at == batch >= 0 else {}
 
     def append_from_spark(self, engine: SparkEngine, table: StateTable,
                           rows: Query | str | DataFrame, batch: int) -> int:

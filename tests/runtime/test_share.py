@@ -16,6 +16,8 @@ import pyarrow.parquet as pq
 
 from incr.compiler import CompiledProgram, compile_text
 from incr.oracle import diff_answers, oracle_answer
+from incr.runtime.answer import AnswerTable
+from incr.runtime.local import DriverEngine
 from incr.runtime.pipeline import Pipeline
 from incr.runtime.report import read_answer
 
@@ -90,6 +92,40 @@ def test_views_sharing_a_state_fold_each_batch_once(spark, dirs):
     assert pipeline.owners == (share.owner, "filtered")
 
 
+def test_views_sharing_a_state_read_its_touched_groups_once(spark, dirs, monkeypatch):
+    """The first view to publish by change reads the shared state's rows of the groups the
+    fold touched; the others publish from the rows it read."""
+    landing, warehouse = dirs
+    compiled = compile_text(TABLE + TOTALS + AVERAGE, name="shop")
+    publishing: list[str] = []
+    reads: list[tuple[str, str]] = []
+    publish, delta = AnswerTable.publish, DriverEngine.delta
+
+    def spied_publish(self, batch, *args, **kwargs):
+        publishing.append(self.plan.view)
+        try:
+            return publish(self, batch, *args, **kwargs)
+        finally:
+            publishing.pop()
+
+    def spied_delta(self, name, path, *args, **kwargs):
+        if publishing:
+            reads.append((publishing[-1], Path(path).name))
+        return delta(self, name, path, *args, **kwargs)
+
+    monkeypatch.setattr(AnswerTable, "publish", spied_publish)
+    monkeypatch.setattr(DriverEngine, "delta", spied_delta)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
+    for seq in range(3):
+        _land(landing, seq)
+        reads.clear()
+        (applied,) = pipeline.run().applied
+        _check(warehouse, compiled, seq)
+    assert {m.view: m.answer_mode for m in applied.views} == {"totals": "change",
+                                                              "average": "change"}
+    assert len(reads) == 1, reads  # one view read the state table; the other did not
+
+
 def test_per_view_tasks_fold_the_shared_state_once(spark, dirs):
     """Airflow's view tasks: each view applies under its shared state's lock, in its own
     process; the second finds the batch folded and only publishes."""
@@ -101,9 +137,42 @@ def test_per_view_tasks_fold_the_shared_state_once(spark, dirs):
         first = Pipeline(compiled, landing, warehouse, spark=spark).apply_view("extremes", ready)
         second = Pipeline(compiled, landing, warehouse, spark=spark).apply_view("totals", ready)
         assert [m.engine for m in first] == ["driver"]
-        # Folded already: a(state) only, at once from the state for the view's first answer.
-        assert [m.engine for m in second] == ([""] if seq else [])
+        # Folded already: a(state) only, at once from the state for the view's first answer,
+        # then by the groups the other task's fold touched (logged beside the state).
+        assert [(m.engine, m.answer_mode) for m in second] == \
+            ([("shared", "change")] if seq else [])
         _check(warehouse, compiled, seq)
+
+
+def test_a_task_behind_its_shared_state_publishes_the_logged_changes(spark, dirs):
+    """A view's task that runs after the other view's tasks of several batches (each its
+    own process) publishes the groups all those folds touched by change, and rewrites its
+    answer, as exact, when a fold's touched groups are not in the log."""
+    landing, warehouse = dirs
+    compiled = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
+
+    def task(view: str, ready: int):
+        return Pipeline(compiled, landing, warehouse, spark=spark).apply_view(view, ready)
+
+    def prepared(seqs: range) -> int:
+        for seq in seqs:
+            _land(landing, seq)
+        return Pipeline(compiled, landing, warehouse, spark=spark).prepare().ready_through
+
+    ready = prepared(range(1))
+    task("extremes", ready), task("totals", ready)
+    for seq in (1, 2, 3):  # totals's tasks are late: extremes folds three batches alone
+        task("extremes", prepared(range(seq, seq + 1)))
+    late = task("totals", 3)
+    assert [(m.batch, m.engine, m.answer_mode) for m in late] == \
+        [(1, "", "ahead"), (2, "", "ahead"), (3, "shared", "change")]
+    _check(warehouse, compiled, 3)
+
+    task("extremes", prepared(range(4, 5)))
+    log = next((warehouse / "state").glob("_shared_shop.*/*/.touched"))
+    (log / f"{4:012d}.arrow").unlink()  # as if the folding task died before writing it
+    assert [m.answer_mode for m in task("totals", 4)] == ["rewrite"]
+    _check(warehouse, compiled, 4)
 
 
 def test_a_view_added_to_a_shared_state_publishes_from_it(spark, dirs):
