@@ -291,6 +291,10 @@ class Fold:
             rows = self._view(f"rows_{stage.name}", render_all(delta.view))
             empty = self._view(f"none_{stage.name}", render_none(delta.view))
             return (rows, empty) if delta.sign > 0 else (empty, rows)
+        if delta.sign != 0:  # e.g. a join's Δ of an all-insert step: no scan for the other sign
+            rows = self._view(f"rows_{stage.name}_None", render_explode(delta.view, None))
+            empty = self._view(f"none_{stage.name}", render_none(rows))
+            return (rows, empty) if delta.sign > 0 else (empty, rows)
         return (self._view(f"rows_{stage.name}_True", render_explode(delta.view, True)),
                 self._view(f"rows_{stage.name}_False", render_explode(delta.view, False)))
 
