@@ -72,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     def paths(sp: argparse.ArgumentParser, landing: bool = True) -> None:
         if landing:
             sp.add_argument("--landing", default=settings().landing,
-                            help="landing folder: LANDING/<table>/ and LANDING/<table>/_deletes/ "
+                            help="landing folder: LANDING/<table>/ and LANDING/<table>/_deletes/, "
+                                 "or an object store URI such as s3://bucket/landing "
                                  "(default $INCR_LANDING)")
         sp.add_argument("--warehouse", default=settings().warehouse,
                         help="warehouse folder for state, answers and the ledger "
@@ -147,9 +148,10 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--view", action="append", default=None,
                     help="only this view (repeatable; default: every view); the others catch "
                          "up in a later run")
-    sp.add_argument("--folder", type=Path, default=None, metavar="H",
-                    help="register the files of this folder first, laid out like the landing "
-                         "folder (<table>/..., <table>/_deletes/...), and read them there")
+    sp.add_argument("--folder", default=None, metavar="H",
+                    help="register the files of this folder (or object store URI) first, laid "
+                         "out like the landing folder (<table>/..., <table>/_deletes/...), and "
+                         "read them there")
     sp.add_argument("--from", dest="start", type=int, default=None, metavar="N",
                     help="the first batch to apply: an error if a view has not applied the "
                          "batches before it")
@@ -303,10 +305,12 @@ def _progress(lines: bool) -> Emit | None:
     return None
 
 
-def _need(value: str | None, flag: str) -> Path:
+def _need(value: str | None, flag: str) -> str:
+    """The flag's value, as given: a folder, or for ``--landing`` perhaps a bucket's URI
+    (which ``Path`` would mangle)."""
     if not value:
         raise IncrError(f"{flag} is required (or set ${'INCR_' + flag.strip('-').upper()})")
-    return Path(value)
+    return value
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -372,7 +376,7 @@ def cmd_answer(args: argparse.Namespace) -> int:
     from incr.runtime.report import answered_by, format_table, read_answer
     from incr.runtime.store import DeltaStore
 
-    warehouse = _need(args.warehouse, "--warehouse")
+    warehouse = Path(_need(args.warehouse, "--warehouse"))
     compiled = settle(compile_program(args.program), warehouse, DeltaStore())
     try:
         plan = compiled.plan(args.view)
@@ -450,7 +454,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     if args.keep_hours is not None:
         config = replace(config, keep_hours=args.keep_hours)
     compiled = compile_program(args.program)
-    warehouse = _need(args.warehouse, "--warehouse")
+    warehouse = Path(_need(args.warehouse, "--warehouse"))
     done = maintain(Pipeline(compiled, args.landing or warehouse, warehouse), config)
     if args.json:
         print(json.dumps([asdict(u) for u in done], indent=2))
@@ -517,7 +521,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from incr.serving.thrift import BiServer, ServeOptions, default_work
 
-    warehouse = _need(args.warehouse, "--warehouse")
+    warehouse = Path(_need(args.warehouse, "--warehouse"))
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -554,7 +558,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_catalog(args: argparse.Namespace) -> int:
     from incr.serving.duckdb_file import write_catalog
 
-    written = write_catalog(Path(args.out), _need(args.warehouse, "--warehouse"),
+    written = write_catalog(Path(args.out), Path(_need(args.warehouse, "--warehouse")),
                             _layouts(args.programs), args.keep)
     for schema, snapshot in written:
         print(f"{schema}: {snapshot.describe()}")

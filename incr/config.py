@@ -7,7 +7,7 @@ the environment.
 
 | variable                | default   | what it sets                                                      |
 |-------------------------|-----------|-------------------------------------------------------------------|
-| INCR_LANDING            | (none)    | the landing folder of CLI commands and DAGs                       |
+| INCR_LANDING            | (none)    | the landing folder (or object store URI) of CLI commands and DAGs |
 | INCR_WAREHOUSE          | (none)    | the warehouse folder of CLI commands and DAGs                     |
 | INCR_LOCAL_ROWS         | 200000    | largest batch the driver-side engine may take (0: Spark only)     |
 | INCR_LOCAL_STATE_ROWS   | 1000000   | largest state/side table the driver-side engine reads             |

@@ -6,6 +6,8 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -48,3 +50,42 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     landing.mkdir()
     return landing, warehouse
+
+
+@dataclass(frozen=True)
+class S3:
+    """An S3 endpoint on 127.0.0.1 (moto's server) with one bucket."""
+
+    fs: object  # pyarrow.fs.S3FileSystem onto it, allowed to create and delete buckets
+    bucket: str
+    env: dict[str, str]  # what a client (incr, Airflow's processes) is configured by
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3]:
+    """A real S3 endpoint for landing areas in a bucket, reached as a user's would be: by
+    ``s3://`` URIs and the standard ``AWS_*`` variables (set here for the test process)."""
+    import logging
+
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "incr-test",
+           "AWS_SECRET_ACCESS_KEY": "incr-test", "AWS_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                patch.setenv(key, value)
+            fs = pafs.S3FileSystem(access_key="incr-test", secret_key="incr-test",
+                                   region="us-east-1", endpoint_override=f"{host}:{port}",
+                                   scheme="http", allow_bucket_creation=True,
+                                   allow_bucket_deletion=True)
+            fs.create_dir("incr-landing")
+            yield S3(fs, "incr-landing", env)
+    finally:
+        server.stop()

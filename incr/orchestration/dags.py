@@ -84,9 +84,13 @@ def landing_asset(landing: str, table: str) -> Asset:
     Named by its URI, so every program reading the same folder shares one Asset and one
     watcher, and a file landed there starts a run of each of them.
     """
-    folder = Path(landing, table).resolve()
-    trigger = LandedFilesTrigger(str(folder), poke_interval=WATCH_INTERVAL_S)
-    return Asset(uri=folder.as_uri(), group="incr-landing",
+    from incr.runtime.remote import is_remote
+
+    uri = (f"{landing.rstrip('/')}/{table}" if is_remote(landing)
+           else Path(landing, table).resolve().as_uri())
+    folder = uri if is_remote(landing) else str(Path(landing, table).resolve())
+    trigger = LandedFilesTrigger(folder, poke_interval=WATCH_INTERVAL_S)
+    return Asset(uri=uri, group="incr-landing",
                  watchers=[AssetWatcher(name=f"incr_landing_{table}", trigger=trigger)])
 
 

@@ -68,7 +68,7 @@ def backfill(program: Path, params: dict) -> dict:
 
     pipeline = _pipeline(program, params["landing"], params["warehouse"])
     folder = params.get("folder") or None
-    report = pipeline.backfill(params.get("views") or None, Path(folder) if folder else None,
+    report = pipeline.backfill(params.get("views") or None, folder,
                                params.get("from_batch"), params.get("to_batch"),
                                bool(params.get("rebuild")),
                                emit=as_lines(lambda line: print(line, flush=True)))

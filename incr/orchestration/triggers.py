@@ -28,16 +28,21 @@ from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 PAYLOAD_FILES = 20
 
 
-def landed_signatures(folder: Path) -> dict[str, tuple[int, int]]:
+def landed_signatures(folder: str | Path) -> dict[str, tuple[int, int]]:
     """The batch files of one landing folder (inserts and ``_deletes``), by name: (size, mtime).
 
-    Uses the landing area's own rules (:func:`incr.runtime.landing.discover`), so the trigger
-    and ``prepare`` agree on what a batch file is; a file of a type incr cannot read is still
-    announced, so the run that rejects it says why.
+    Uses the landing area's own rules (:func:`incr.runtime.landing.discover`, or its object
+    store listing for a URI), so the trigger and ``prepare`` agree on what a batch file is;
+    a file of a type incr cannot read is still announced, so the run that rejects it says why.
     """
     from incr.runtime.landing import discover
+    from incr.runtime.remote import RemoteLanding, is_remote
 
-    found = discover(folder.parent, [folder.name], check_types=False)
+    if is_remote(folder):
+        root, table = str(folder).rstrip("/").rsplit("/", 1)
+        found = RemoteLanding(root).files([table], check_types=False)
+    else:
+        found = discover(Path(folder).parent, [Path(folder).name], check_types=False)
     return {f.relpath: (f.size, f.mtime_ns) for f in found}
 
 
@@ -69,7 +74,8 @@ class LandedFilesTrigger(BaseEventTrigger):
     """Yields an event whenever settled batch files appear (or change) in one landing folder.
 
     Args:
-        folder: the landing folder of one source table (``LANDING/<table>``).
+        folder: the landing folder of one source table (``LANDING/<table>``), or its URI on
+            an object store (``s3://bucket/landing/<table>``).
         poke_interval: seconds between two listings of the folder.
     """
 
@@ -85,10 +91,9 @@ class LandedFilesTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Lists the folder every ``poke_interval`` seconds; yields for files that settled."""
-        folder = Path(self.folder)
         announcer = Announcer()
         while True:
-            names = announcer.step(await asyncio.to_thread(landed_signatures, folder))
+            names = announcer.step(await asyncio.to_thread(landed_signatures, self.folder))
             if names:
                 self.log.info("incr: %d file(s) landed in %s", len(names), self.folder)
                 yield TriggerEvent({"folder": self.folder, "files": names[:PAYLOAD_FILES],

@@ -11,6 +11,9 @@ answer 150 files for 1 live).  :func:`maintain` deletes what no reader needs any
 * **state, ledger and row indexes** are read only by incr, at their newest version, under
   the program's locks: everything not in the newest version goes.
 
+From a landing area on an object store, the cached copies of files every view has applied
+are dropped too (:meth:`~incr.runtime.pipeline.Pipeline.drop_landed_copies`).
+
 Each table also gets a Delta checkpoint (log replay stays short however many batches it
 saw) and its expired log files removed (``delta.logRetentionDuration``, 30 days by default).
 A VACUUM does a full listing, so files a killed run left behind that no commit names go too.
@@ -71,6 +74,7 @@ def maintain(pipeline: Pipeline, config: Settings | None = None) -> list[TableUp
         internal += list(delta_tables(pipeline.meta))
         for path in internal:
             out.append(_upkeep(store, path, "internal", 0.0, ()))
+        pipeline.drop_landed_copies()
         _mark(pipeline.meta)
     return out
 

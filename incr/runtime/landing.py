@@ -9,8 +9,10 @@ Files are Parquet (``.parquet``), CSV with a header (``.csv``) or JSON lines (``
 ``.jsonl``, ``.ndjson``).  Names starting with ``.`` or ``_`` are ignored, so writers can land
 a file atomically by writing ``.name.tmp`` and renaming it.  incr reads only inside the
 landing folder: a symbolic link that leads outside it is refused like a file of a type it
-cannot read (the batch is rejected, naming the link and where it leads).  Batches apply in order of file
-name, inserts and deletes interleaved by name (ties: table name, then inserts first).
+cannot read (the batch is rejected, naming the link and where it leads).  The landing area
+may also be an object store URI (``s3://bucket/landing``): :mod:`incr.runtime.remote`.
+Batches apply in order of file name, inserts and deletes interleaved by name (ties: table
+name, then inserts first).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def discover(landing: Path, tables: Iterable[str], *, check_types: bool = True) 
             if not folder.is_dir():
                 continue
             for entry in folder.iterdir():
-                if entry.name.startswith((".", "_")) or not entry.is_file():
+                if not is_batch_name(entry.name) or not entry.is_file():
                     continue
                 rel = entry.relative_to(landing).as_posix()
                 if check_types:
@@ -75,8 +77,17 @@ def discover(landing: Path, tables: Iterable[str], *, check_types: bool = True) 
                     _check_inside(entry, root)
                 st = entry.stat()
                 found.append(LandedFile(table, kind, rel, st.st_size, st.st_mtime_ns))
-    found.sort(key=lambda f: (f.name, f.table, f.kind != INSERT))
-    return found
+    return in_order(found)
+
+
+def is_batch_name(name: str) -> bool:
+    """Whether a file of this name is a batch (``.``- and ``_``-names are a writer's own)."""
+    return not name.startswith((".", "_"))
+
+
+def in_order(found: list[LandedFile]) -> list[LandedFile]:
+    """Files in apply order: by name, then table, inserts before deletes."""
+    return sorted(found, key=lambda f: (f.name, f.table, f.kind != INSERT))
 
 
 def _check_inside(entry: Path, root: Path) -> None:

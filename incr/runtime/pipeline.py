@@ -24,6 +24,7 @@ needs it (:mod:`~incr.runtime.engine`).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -50,6 +51,7 @@ from incr.runtime.local import LocalSql
 from incr.runtime.lock import Locks, alive
 from incr.runtime.maintain import Change, ViewMetrics, ViewRuntime
 from incr.runtime.progress import Emit, Progress
+from incr.runtime.remote import RemoteLanding, is_remote
 from incr.runtime.rowindex import RowIndex
 from incr.runtime.schemas import SchemaLog
 from incr.runtime.slicing import Part, parts, slice_budget
@@ -166,9 +168,12 @@ class Pipeline:
         (:mod:`incr.runtime.local`) where it applies; 0 keeps everything in Spark.
         The default is the setting ``INCR_LOCAL_ROWS``.  ``config``: every other setting
         (:mod:`incr.config`; default: the environment's)."""
-        self.landing = Path(landing)
         self.warehouse = Path(warehouse)
         check_table_root(self.warehouse)
+        # A landing area on an object store is read from a local copy (incr.runtime.remote).
+        self.remote = RemoteLanding(str(landing)) if is_remote(landing) else None
+        self.landing = (self.warehouse / "_incr" / compiled.name / "landing" if self.remote
+                        else Path(landing))
         self.engines = Engines(config, spark=spark, local_rows=local_rows)
         self.store = store or DeltaStore(self.engines.settings.mirror_rows,
                                          self.engines.settings.local_state_rows)
@@ -254,8 +259,26 @@ class Pipeline:
             CompileError: a declaration drops or retypes a column.
         """
         self._record_declarations()
+        if self.remote is not None:
+            self.remote.sync(self.landing, self.tables,
+                             {b.path: (b.size, b.mtime_ns) for b in self.ledger.batches()})
         files = discover(self.landing, self.tables)
         return len(self.ledger.register(files, self.landing, self._split))
+
+    def _source(self, batch: Batch) -> Path:
+        """Where ``batch``'s file is read (:meth:`Batch.source`); from a landing area on an
+        object store, a cached copy that went missing is copied again."""
+        path = batch.source(self.landing)
+        if (self.remote is not None and batch.archived is None and not path.is_file()
+                and not Path(batch.path).is_absolute()):
+            self.remote.fetch(batch.path, path)
+        return path
+
+    def _shown(self, batch: Batch, path: Path) -> str:
+        """How messages name ``batch``'s file: its object's URI when read from the cache."""
+        if self.remote is not None and path.is_relative_to(self.landing):
+            return self.remote.uri_of(batch.path)
+        return str(path)
 
     def _record_declarations(self) -> None:
         """Logs the tables' declarations as of the next batch (the caller holds the ledger)."""
@@ -263,10 +286,17 @@ class Pipeline:
         for name, declared in self.schemas.items():
             declared.record(self.tables[name], next_batch)
 
-    def register_folder(self, folder: Path) -> int:
+    def register_folder(self, folder: Path | str) -> int:
         """Registers the files of a folder laid out like the landing area (``<table>/...``,
         ``<table>/_deletes/...``), read where they are: a backfill of history kept elsewhere.
-        Each is named by its absolute path in the ledger; returns how many were registered."""
+        Each is named by its absolute path in the ledger; returns how many were registered.
+        History in a bucket (a URI) is copied down first, into a folder of the program's
+        that rebuilds read later (``_incr/<program>/backfill/<digest of the URI>``)."""
+        if is_remote(folder):
+            digest = hashlib.sha256(str(folder).rstrip("/").encode()).hexdigest()[:16]
+            copy = self.meta / "backfill" / digest
+            RemoteLanding(str(folder)).sync(copy, self.tables)
+            folder = copy
         folder = Path(folder).resolve()
         files = [LandedFile(f.table, f.kind, (folder / f.relpath).as_posix(), f.size, f.mtime_ns)
                  for f in discover(folder, self.tables)]
@@ -527,7 +557,7 @@ class Pipeline:
             runtime.drop_stale_state()
         return out
 
-    def backfill(self, views: Iterable[str] | None = None, folder: Path | None = None,
+    def backfill(self, views: Iterable[str] | None = None, folder: Path | str | None = None,
                  start: int | None = None, through: int | None = None, rebuild: bool = False,
                  emit: Emit | None = None) -> RunReport:
         """Builds (or with ``rebuild``, rebuilds beside the served answers) ``views`` (default
@@ -641,23 +671,20 @@ class Pipeline:
         Each file keeps its path under ``to`` (``<table>/...``) and the ledger records where
         it went, so a rebuild reads it there and the landing folder holds only what is still
         to come.  Safe to interrupt: a file is copied, the ledger records it, and only then
-        is it removed from the landing folder (a rerun finishes the job).  Returns the
-        batches moved.
+        is it removed from the landing folder (a rerun finishes the job).  From a landing
+        area on an object store, the object is deleted from it then, and the cached copy
+        after.  Returns the batches moved.
         """
         to = Path(to).resolve()
         if to.is_relative_to(self.landing.resolve()):
             raise StorageError(f"the archive {to} must be outside the landing folder {self.landing}")
         with self.hold_everything():
-            progress = self._progress()
             moved: list[tuple[Batch, Path]] = []
-            by_file: dict[str, list[Batch]] = {}
-            for batch in self.ledger.batches():
-                if not Path(batch.path).is_absolute():  # not one read from a backfill folder
-                    by_file.setdefault(batch.path, []).append(batch)
-            for path, batches in by_file.items():
+            for path, batches in self._applied_files().items():
                 landed = self.landing / path
-                if not landed.is_file() or not all(
-                        progress.applied_everywhere(b, self._consumers(b)) for b in batches):
+                if batches[0].archived is None:  # its cached copy, if the landing is remote
+                    landed = self._source(batches[0])
+                if not landed.is_file():
                     continue
                 target = to / path
                 copied = False
@@ -676,11 +703,48 @@ class Pipeline:
                 if Path(batch.path).is_absolute():
                     continue
                 landed = self.landing / batch.path
-                if batch.archived is not None and Path(batch.archived).is_file() and landed.is_file():
-                    st = landed.stat()
-                    if (st.st_size, st.st_mtime_ns) == (batch.size, batch.mtime_ns):  # not a new file
-                        landed.unlink()
+                if (batch.archived is None or not Path(batch.archived).is_file()
+                        or not landed.is_file()):
+                    continue
+                st = landed.stat()
+                if (st.st_size, st.st_mtime_ns) != (batch.size, batch.mtime_ns):
+                    continue  # a new file landed under the same name
+                if self.remote is not None:  # the object first, so no sync copies it again
+                    self.remote.remove(batch.path, batch.size, batch.mtime_ns)
+                landed.unlink()
             return done
+
+    def _applied_files(self) -> dict[str, list[Batch]]:
+        """The landing area's files (not a backfill folder's) whose batches every table
+        that reads them has applied, each with its batches (slices)."""
+        progress = self._progress()
+        by_file: dict[str, list[Batch]] = {}
+        for batch in self.ledger.batches():
+            if not Path(batch.path).is_absolute():  # not one read from a backfill folder
+                by_file.setdefault(batch.path, []).append(batch)
+        return {path: batches for path, batches in by_file.items()
+                if all(progress.applied_everywhere(b, self._consumers(b)) for b in batches)}
+
+    def drop_landed_copies(self) -> list[str]:
+        """Deletes the cached copies of applied files of a landing area on an object store
+        (the caller holds every lock); returns their paths.
+
+        The objects stay in the bucket: a rebuild copies what it reads again
+        (:meth:`_source`), and registration does not copy back a registered object that did
+        not change.  So the cache holds what is still to apply, not the bucket's history.
+        """
+        if self.remote is None:
+            return []
+        dropped = []
+        for path, batches in self._applied_files().items():
+            local = self.landing / path
+            if batches[0].archived is not None or not local.is_file():
+                continue
+            st = local.stat()
+            if (st.st_size, st.st_mtime_ns) == (batches[0].size, batches[0].mtime_ns):
+                local.unlink()
+                dropped.append(path)
+        return dropped
 
     # -- steps -----------------------------------------------------------------------------------
     def _group(self, batches: list[Batch], at: int, progress: _Progress,
@@ -775,18 +839,19 @@ class Pipeline:
         return reports, rejected
 
     def _load(self, batch: Batch, progress: _Progress) -> LoadedBatch:
-        path = batch.source(self.landing)
-        display = str(path)
+        path = self._source(batch)
+        display = self._shown(batch, path)
         if batch.kind == DELETE and batch.table not in self.indexes:
             raise InputError(f"{batch.table} is declared append-only (header option append_only), "
                              f"so delete batches are refused; remove the option to allow "
                              f"deletions", Location(display))
-        self._check_unchanged(batch, path, progress)
+        self._check_unchanged(batch, path, display, progress)
         return load_batch(self.engines, self.tables[batch.table], path, display,
                           self.schemas[batch.table].absent_at(batch.seq), batch.part,
                           self.scratch)
 
-    def _check_unchanged(self, batch: Batch, path: Path, progress: _Progress) -> None:
+    def _check_unchanged(self, batch: Batch, path: Path, display: str,
+                         progress: _Progress) -> None:
         if not path.is_file():
             return  # load_batch says the file is gone
         st = path.stat()
@@ -799,7 +864,7 @@ class Pipeline:
         if any(progress.applied_anywhere(b, self._consumers(b)) for b in slices):
             raise InputError(f"the file changed after {batch} was applied; incr never applies a "
                              f"batch twice. Restore the original file and land the change as a "
-                             f"new batch (deletes of the old rows plus inserts)", Location(str(path)))
+                             f"new batch (deletes of the old rows plus inserts)", Location(display))
         # A per-view task may get here too: the ledger's lock is short, so it waits for it.
         with self.locks.hold(ledger=True, wait_s=self.engines.settings.lock_wait_s):
             if batch.part is None:
@@ -810,7 +875,7 @@ class Pipeline:
         raise InputError(f"the file changed after it was registered in {len(slices)} slices "
                          f"(batches {slices[0].seq}-{slices[-1].seq}), before anything applied "
                          f"it; it is registered again, as batch(es) {again[0].seq}-{again[-1].seq}, "
-                         f"which the next run applies", Location(str(path)))
+                         f"which the next run applies", Location(display))
 
     def _slices_of(self, batch: Batch) -> list[Batch]:
         """Every live batch of ``batch``'s file (itself alone unless the file is sliced)."""
@@ -826,7 +891,7 @@ class Pipeline:
             index.record_inserts(self.engines, lambda: loaded.df, batch.seq, loaded.arrow)
         else:
             index.record_deletes(self.engines, lambda: loaded.df, batch.seq,
-                                 str(batch.source(self.landing)), loaded.arrow)
+                                 self._shown(batch, batch.source(self.landing)), loaded.arrow)
         progress.indexes[batch.table] = batch.seq
         faults.crash_point("index.after_commit", batch.seq)
 
@@ -890,7 +955,7 @@ class Pipeline:
                         f"digits, its scale included); widen it in the query: an integer sum as "
                         f"SUM(CAST(v AS DECIMAL(38,0))), a DECIMAL one with fewer decimal places "
                         f"(CAST(d AS DECIMAL(38,0))) or as DOUBLE. The view's answer stays as it was",
-                        Location(str(step[0][0].source(self.landing))))
+                        Location(self._shown(step[0][0], step[0][0].source(self.landing))))
                     refused.__cause__ = e
                     return out, (refused, step[0][0])
                 m.rows_in = sum(bl.rows for _, bl in step)

@@ -87,6 +87,11 @@ from pathlib import Path
 from incr.orchestration.dags import program_dags
 globals().update(program_dags(Path({sql!r}), {landing!r}, {warehouse!r}))
 """
+# A program whose files land in an S3 bucket (the test's endpoint on 127.0.0.1).
+BUCKETED = """\
+CREATE TABLE g (who VARCHAR, pts BIGINT);
+CREATE VIEW g_totals AS SELECT who, SUM(pts) AS total, COUNT(*) AS n FROM g GROUP BY who;
+"""
 WAIT_S = 300
 
 
@@ -104,6 +109,8 @@ class Stack:
     logs: dict[str, Path]
     #: the killed program's file, landing and warehouse (its DAG is ``incr_killed``)
     killed: tuple[Path, Path, Path]
+    #: a program landing in an S3 bucket: its file, landing URI and warehouse (``incr_bucketed``)
+    bucketed: tuple[Path, str, Path]
 
     def query(self, sql: str, *args: Any) -> list[tuple]:
         """Rows of Airflow's metadata DB (read-only, so the components are never blocked)."""
@@ -174,24 +181,32 @@ def _environment(root: Path, api_port: int) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory) -> Iterator[Stack]:
+def stack(tmp_path_factory, s3) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("airflow-stack")
     home, sql, sql_killed = root / "home", root / "sql", root / "sql-killed"
-    for folder in (home / "dags", sql, sql_killed, root / "hooks", root / "hooks_out", root / "seen"):
+    sql_bucketed = root / "sql-bucketed"
+    for folder in (home / "dags", sql, sql_killed, sql_bucketed, root / "hooks", root / "hooks_out",
+                   root / "seen"):
         folder.mkdir(parents=True)
     s = Stack(root, home / "airflow.db", sql / "games.sql", root / "landing", root / "warehouse",
               root / "hooks_out", root / "seen", {},
-              (sql_killed / "killed.sql", root / "landing-killed", root / "warehouse-killed"))
+              (sql_killed / "killed.sql", root / "landing-killed", root / "warehouse-killed"),
+              (sql_bucketed / "bucketed.sql", f"s3://{s3.bucket}/{root.name}",
+               root / "warehouse-bucketed"))
     s.program.write_text(PROGRAM)
     s.killed[0].write_text(killing.PROGRAM)
+    s.bucketed[0].write_text(BUCKETED)
     (home / "dags" / "incr_killed.py").write_text(PROGRAM_DAG.format(
         sql=str(sql_killed), landing=str(s.killed[1]), warehouse=str(s.killed[2])))
+    (home / "dags" / "incr_bucketed.py").write_text(PROGRAM_DAG.format(
+        sql=str(sql_bucketed), landing=s.bucketed[1], warehouse=str(s.bucketed[2])))
     (root / "hooks" / "incr_test_hooks.py").write_text(HOOKS.format(out=str(s.hooks_out)))
     (home / "dags" / "incr_games.py").write_text(PROGRAM_DAG.format(
         sql=str(sql), landing=str(s.landing), warehouse=str(s.warehouse)))
     (home / "dags" / "downstream.py").write_text(DOWNSTREAM.format(warehouse=str(s.warehouse),
                                                                    seen=str(s.seen)))
     env = _environment(root, free_port())
+    env.update(s3.env)  # the bucketed program's landing area
     migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, cwd=root, check=False,
                              capture_output=True, text=True)
     assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
@@ -250,8 +265,8 @@ def test_landed_files_start_runs_that_match_the_oracle_under_a_real_scheduler(st
     s = stack
     s.wait("the DAGs to be parsed and the landing watchers to start",
            lambda: len(s.query("SELECT dag_id FROM dag WHERE dag_id IN ('incr_games', 'downstream')")) == 2
-           # e and f of this program, s and t of the killed one
-           and len(s.query("SELECT id FROM trigger WHERE classpath LIKE '%LandedFilesTrigger'")) == 4)
+           # e and f of this program, s and t of the killed one, g of the bucketed one
+           and len(s.query("SELECT id FROM trigger WHERE classpath LIKE '%LandedFilesTrigger'")) == 5)
     assert s.runs("incr_games") == [], "a run started before any file landed"
 
     # 1. A landed file starts a run; the views equal the oracle; only e's views publish.
@@ -311,6 +326,30 @@ def test_landed_files_start_runs_that_match_the_oracle_under_a_real_scheduler(st
     # No task anywhere needed a second try.
     retried = s.query("SELECT dag_id, run_id, task_id, try_number FROM task_instance "
                       "WHERE dag_id = 'incr_games' AND try_number > 1")
+    assert retried == [], retried
+
+
+def test_a_file_landed_in_a_bucket_starts_a_run_under_a_real_scheduler(stack: Stack, s3):
+    """The triggerer's watcher lists the bucket; the run copies the object and applies it."""
+    s = stack
+    program, uri, warehouse = s.bucketed
+    s.wait("the bucketed program's DAG and its watcher",
+           lambda: s.query("SELECT dag_id FROM dag WHERE dag_id = 'incr_bucketed'")
+           and len(s.query("SELECT id FROM trigger WHERE classpath LIKE '%LandedFilesTrigger'")) == 5)
+    assert s.runs("incr_bucketed") == [], "a run started before any object landed"
+    rows = [{"who": "ann", "pts": 3}, {"who": "bob", "pts": 5}]
+    key = f"{uri.removeprefix('s3://')}/g/001.csv"
+    with s3.fs.open_output_stream(key) as out:
+        out.write(b"who,pts\nann,3\nbob,5\n")
+    runs = s.wait("the run started by the object", _finished(s, "incr_bucketed", 1))
+    assert [(r[1], r[2]) for r in runs] == [("asset_triggered", "success")], s.tail()
+    plan = compile_program(program).plans[0]
+    answer, batch = read_answer(warehouse, plan)
+    assert batch == 0
+    live = pa.Table.from_pylist(rows, schema=SCHEMAS["e"])
+    assert diff_answers(oracle_answer(plan.select, {"g": live}), answer) is None
+    retried = s.query("SELECT task_id FROM task_instance WHERE dag_id = 'incr_bucketed' "
+                      "AND try_number > 1")
     assert retried == [], retried
 
 
