@@ -414,14 +414,19 @@ def cmd_status(args: argparse.Namespace) -> int:
     batches = pipeline.ledger.batches()
     views = pipeline.status()
     rejected = pipeline.last_rejection()
+    landed = [f.relpath for f in pipeline.unregistered()]
     if args.json:
         print(json.dumps({"program": compiled.name, "batches": len(batches),
                           "last_batch": str(batches[-1]) if batches else None,
                           "views": [asdict(v) for v in views],
-                          "rejected": asdict(rejected) if rejected else None}, indent=2))
+                          "rejected": asdict(rejected) if rejected else None,
+                          "landed_unregistered": landed}, indent=2))
         return 0
     print(f"program {compiled.name}: {len(batches)} registered batches"
           + (f", last {batches[-1]}" if batches else ""))
+    if landed:
+        shown = ", ".join(landed[:5]) + (f" (+{len(landed) - 5} more)" if len(landed) > 5 else "")
+        print(f"  landed, not registered yet: {len(landed)} file(s): {shown}")
     for v in views:
         state = (f"{v.state_rows:,} rows" if v.state_rows is not None else "rows unknown") + \
             f", {v.state_bytes / 2**20:.1f} MiB"

@@ -386,6 +386,15 @@ class Pipeline:
         return _Progress({n: v.through() for n, v in self.views.items()},
                          {t: i.through() for t, i in self.indexes.items()})
 
+    def unregistered(self) -> list[LandedFile]:
+        """Batch files landed (in the folder, or the bucket) that no run registered yet, in
+        apply order; read only, so ``incr status`` can say what the next run will take."""
+        tables = list(self.tables)
+        found = (self.remote.files(tables, check_types=False) if self.remote is not None
+                 else discover(self.landing, tables, check_types=False))
+        known = self.ledger.all_paths()
+        return [f for f in found if f.relpath not in known]
+
     def status(self) -> list[ViewStatus]:
         """Per view: the batch its state and answer reflect, and batches still to apply."""
         batches = self.ledger.batches()

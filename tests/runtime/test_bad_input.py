@@ -427,6 +427,7 @@ def test_cli_run_exits_3_and_names_the_file(spark, dirs, capsys):
         status = json.loads(capsys.readouterr()[0])
         assert status["rejected"]["seq"] == 0 and "not a valid BIGINT" in status["rejected"]["message"]
         assert [v["pending"] for v in status["views"]] == [1] and status["batches"] == 1
+        assert status["landed_unregistered"] == []  # the rejected file is batch 0
 
         # An unsupported file is refused with the same exit code.
         txt = land(landing, "0001_c.txt", b"hello\n")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -103,7 +104,8 @@ def test_the_listing_follows_the_landing_rules_and_copies_each_object_once(s3, p
     assert landed_signatures(f"s3://{prefix}/missing") == {}
 
 
-def test_runs_read_batches_from_a_bucket_and_archive_clears_it(s3, prefix, spark, tmp_path):
+def test_runs_read_batches_from_a_bucket_and_archive_clears_it(s3, prefix, spark, tmp_path,
+                                                              capsys):
     warehouse, archive = tmp_path / "warehouse", tmp_path / "archive"
     uri = f"s3://{prefix}"
     compiled = compile_text(PROGRAM, "p.sql", name="p")
@@ -141,6 +143,10 @@ def test_runs_read_batches_from_a_bucket_and_archive_clears_it(s3, prefix, spark
     assert [p for p in cache.rglob("*") if p.is_file()] == []
 
     _put(s3, f"{prefix}/e/006.csv", [{"who": "eve", "pts": 6}])  # landed, not applied yet
+    capsys.readouterr()
+    assert cli.main(["status", str(program), "--landing", uri, "--warehouse", str(warehouse),
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr()[0])["landed_unregistered"] == ["e/006.csv"]
     moved = Pipeline(compiled, uri, warehouse).archive(archive)
     assert [b.path for b in moved] == ["e/001.csv", "e/002.parquet", "e/_deletes/003.csv",
                                        "e/004.csv", "e/005.csv"]
