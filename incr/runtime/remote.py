@@ -13,8 +13,10 @@ area (Parquet sliced by row group, a large file read by Spark, a rebuild reading
 again, the ledger naming files by their path under the landing root) is the same for a
 bucket as for a folder.  An object is copied once: the cache keeps its size and
 modification time, and one rewritten in place is copied again, so the run that reads it
-sees the change as it would in a folder.  ``incr archive`` moves the cached copy to the
-archive and then deletes the object from the bucket.
+sees the change as it would in a folder.  Housekeeping drops the copies of files every view
+has applied (the bucket keeps the objects; a rebuild copies what it reads again), and
+``incr archive`` moves the cached copy to the archive and then deletes the object from the
+bucket.
 """
 
 from __future__ import annotations
