@@ -86,9 +86,11 @@ def landing_asset(landing: str, table: str) -> Asset:
     """
     from incr.runtime.remote import is_remote
 
-    uri = (f"{landing.rstrip('/')}/{table}" if is_remote(landing)
-           else Path(landing, table).resolve().as_uri())
-    folder = uri if is_remote(landing) else str(Path(landing, table).resolve())
+    if is_remote(landing):
+        uri = folder = f"{landing.rstrip('/')}/{table}"
+    else:
+        local = Path(landing, table).resolve()
+        uri, folder = local.as_uri(), str(local)
     trigger = LandedFilesTrigger(folder, poke_interval=WATCH_INTERVAL_S)
     return Asset(uri=uri, group="incr-landing",
                  watchers=[AssetWatcher(name=f"incr_landing_{table}", trigger=trigger)])

@@ -157,6 +157,12 @@ class _Progress:
         return any(v.state_through() >= batch.seq for v in consumers)
 
 
+def _is_file_of(path: Path, batch: Batch) -> bool:
+    """Whether the file at ``path`` is still the one ``batch`` registered (size and mtime)."""
+    st = path.stat()
+    return (st.st_size, st.st_mtime_ns) == (batch.size, batch.mtime_ns)
+
+
 class Pipeline:
     """Runs one compiled program against a landing area and a warehouse."""
 
@@ -715,8 +721,7 @@ class Pipeline:
                 if (batch.archived is None or not Path(batch.archived).is_file()
                         or not landed.is_file()):
                     continue
-                st = landed.stat()
-                if (st.st_size, st.st_mtime_ns) != (batch.size, batch.mtime_ns):
+                if not _is_file_of(landed, batch):
                     continue  # a new file landed under the same name
                 if self.remote is not None:  # the object first, so no sync copies it again
                     self.remote.remove(batch.path, batch.size, batch.mtime_ns)
@@ -749,8 +754,7 @@ class Pipeline:
             local = self.landing / path
             if batches[0].archived is not None or not local.is_file():
                 continue
-            st = local.stat()
-            if (st.st_size, st.st_mtime_ns) == (batches[0].size, batches[0].mtime_ns):
+            if _is_file_of(local, batches[0]):
                 local.unlink()
                 dropped.append(path)
         return dropped
