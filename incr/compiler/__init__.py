@@ -13,11 +13,11 @@ from pathlib import Path
 from incr.compiler import iterate, recursion
 from incr.compiler.compilation import Compilation, build_stage
 from incr.compiler.passes import run_passes
-from incr.compiler.passes.share import NEW, Share, served_owner, share, why_alone
+from incr.compiler.passes.share import NEW, Retained, Share, served_owner, share, why_alone
 from incr.compiler.plan import IncrementalPlan
 from incr.compiler.program import Program, ViewDecl, load_program, parse_program
 from incr.compiler.translate import StageTranslation, translate
-from incr.errors import Location, NotIncrementalizableError
+from incr.errors import IncrError, Location, NotIncrementalizableError
 
 
 @dataclass(frozen=True)
@@ -47,19 +47,28 @@ class CompiledProgram:
                 return p
         raise KeyError(view)
 
-    def settled(self, served: Mapping[str, str], present: Collection[str] = ()) -> CompiledProgram:
+    def settled(self, served: Mapping[str, str], present: Collection[str] = (),
+                recorded: Mapping[str, tuple[tuple[str, str], ...]] | None = None
+                ) -> CompiledProgram:
         """The program as it runs against a warehouse whose views already serve answers.
 
         ``served`` maps a view to the state its published answer was computed from (the
         answer's ``incr.state``: ``owner/generation`` for a shared state, the generation of
-        the view's own state otherwise); ``present`` names the shared states' generations
-        the warehouse holds (``owner/generation``).  A view never rebuilds only because
-        sharing would group it differently: while it serves from a state other than the
-        one the share pass planned for it, and that state is not being built (a refresh
-        starts it), it keeps the grouping it has (the views it was served with, or none),
-        and the views new to its group share among themselves.  A view whose own
-        definition changed rebuilds as it would anyway.
+        the view's own state otherwise); ``present`` names the generations the warehouse
+        holds of the shared states and of the own states of views served from a shared one
+        (``owner/generation``); ``recorded`` maps a shared state's generation to the views
+        it was built for, ``(name, SELECT)`` in merge order.
+
+        A view never rebuilds only because sharing would group it differently: while it
+        serves from a state other than the one the share pass planned for it, and that
+        state is not being built (a refresh starts it), it keeps the grouping it has (the
+        views it was served with, or none), and the views new to its group share among
+        themselves.  Nor because a view it shared with left the program: it keeps the
+        state, which goes on holding the removed view's aggregates (see
+        :mod:`~incr.compiler.passes.share`).  A view whose own definition changed rebuilds
+        as it would anyway.
         """
+        recorded = recorded or {}
         labels: dict[str, str] = {}
         for s in self.shares:
             fingerprint = self.plan(s.views[0]).state_fingerprint
@@ -68,9 +77,63 @@ class CompiledProgram:
             if ours or all(_generation_of(o, s.owner, fingerprint) for o in here.values()):
                 continue
             labels.update({v: served_owner(here[v], v) if v in here else NEW for v in s.views})
+        retained = self._retained(served, present, recorded, labels)
         if not labels:
             return self
-        return _shared(self.program, *self.unshared, labels)
+        settled = _shared(self.program, *self.unshared, labels, retained)
+        # Kept only as it is: if the views left changed (their own aggregates), the state
+        # they need is built anyway, and without the removed views' aggregates.
+        changed = {s.owner for s in settled.shares if s.retained and any(
+            v in served and not _generation_of(served[v], s.owner,
+                                               settled.plan(v).state_fingerprint)
+            for v in s.views)}
+        if changed:
+            retained = {o: r for o, r in retained.items() if o not in changed}
+            settled = _shared(self.program, *self.unshared, labels, retained)
+        return settled
+
+    def _retained(self, served: Mapping[str, str], present: Collection[str],
+                  recorded: Mapping[str, tuple[tuple[str, str], ...]],
+                  labels: dict[str, str]) -> Retained:
+        """The shared states some of whose views left the program, kept by those that stay.
+
+        The views still served from such a state are labelled with it (in ``labels``)
+        and keep it, unless the state planned for them is present (a refresh is building
+        it).  Returns, per state, its recorded views in merge order, with the compilation
+        of each removed one.
+        """
+        names = {p.view.lower() for p in self.plans}
+        eligible = {v for v, _ in self.unshared[1]}
+        out: dict[str, tuple[tuple[str, Compilation | None], ...]] = {}
+        for state, members in recorded.items():
+            gone = [(n, q) for n, q in members if n.lower() not in names]
+            owner = state.split("/", 1)[0]
+            stay = [p for p in self.plans if served.get(p.view) == state and p.view in eligible]
+            if not gone or not stay:
+                continue
+            if any(o != state and _generation_of(o, p.state_owner, p.state_fingerprint)
+                   for p in stay for o in present):
+                continue  # a refresh builds the state planned for them: they take it
+            kept = self._removed(gone)
+            if kept is None:
+                continue
+            labels.update({p.view: owner for p in stay})
+            out[owner] = tuple((n, kept.get(n)) for n, _ in members)
+        return out
+
+    def _removed(self, gone: list[tuple[str, str]]) -> dict[str, Compilation] | None:
+        """The compilation (after ``lineage``) of each removed view, from its SELECT.
+
+        None when one no longer compiles against the program's tables.
+        """
+        out = {}
+        for name, select in gone:
+            view = ViewDecl(name=name, select=select, location=Location(self.program.path))
+            try:
+                out[name] = run_passes(start(self.program, view), until="lineage")
+            except IncrError:
+                return None
+        return out
 
 
 def _generation_of(state: str, owner: str, fingerprint: str) -> bool:
@@ -107,9 +170,10 @@ def compile_parsed(program: Program) -> CompiledProgram:
 
 def _shared(program: Program, plans: tuple[IncrementalPlan, ...],
             starts: tuple[tuple[str, Compilation], ...], alone: tuple[tuple[str, str], ...],
-            labels: Mapping[str, str] | None = None) -> CompiledProgram:
-    """The program after the share pass (``labels``: see :func:`share`)."""
-    sharing = share(program, plans, dict(starts), labels)
+            labels: Mapping[str, str] | None = None,
+            retained: Retained | None = None) -> CompiledProgram:
+    """The program after the share pass (``labels``, ``retained``: see :func:`share`)."""
+    sharing = share(program, plans, dict(starts), labels, retained)
     order = {p.view: i for i, p in enumerate(plans)}
     reasons = sorted([*alone, *sharing.alone], key=lambda pair: order[pair[0]])
     return CompiledProgram(program, sharing.plans, sharing.shares, tuple(dict(reasons).items()),

@@ -73,7 +73,7 @@ def explain_program(compiled: CompiledProgram, stored: Mapping[str, Stored] | No
 
 def _explain_sharing(compiled: CompiledProgram) -> list[str]:
     """Which views keep one state, by which rule (seed 003 §3.2), and why the others don't."""
-    if len(compiled.plans) < 2:
+    if len(compiled.plans) < 2 and not compiled.shares:
         return []
     lines = ["  state sharing (one fold and one MERGE per batch for each shared state):"]
     lines += [f"    {s.describe()}" for s in compiled.shares]

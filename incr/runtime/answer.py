@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from incr.compiler.passes.share import served_owner
 from incr.compiler.plan import BUCKET, IncrementalPlan
 from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import merge_ident, render_old_rows
@@ -49,7 +50,7 @@ from incr.config import (
 )
 from incr.runtime import sparkhash
 from incr.runtime.engine import DRIVER, Engine, Engines, log
-from incr.runtime.state import ViewState
+from incr.runtime.state import ViewState, recorded_members
 from incr.runtime.store import BATCH_KEY, DeltaStore, has_deletion_vectors
 from incr.runtime.types import nullable
 
@@ -375,14 +376,22 @@ def settle(compiled: CompiledProgram, warehouse: Path, store: DeltaStore) -> Com
     """``compiled`` as it runs against ``warehouse``
     (:meth:`~incr.compiler.CompiledProgram.settled`): the views sharing a state keep the
     states their published answers are computed from, so adding a view (or switching
-    sharing on) never rebuilds a view that is being served; a refresh regroups them."""
+    sharing on), or removing one they shared with, never rebuilds a view that is being
+    served; a refresh regroups them."""
     served: dict[str, str] = {}
+    owners = {s.owner for s in compiled.shares}
+    for view in [*(v for s in compiled.shares for v in s.views),
+                 *(v for v, _ in compiled.unshared[1])]:
+        state = served_state(store.last_commit(warehouse / "answers" / view))
+        if state:
+            served[view] = state
+            if "/" in state:  # served from a shared state: its generations, and the view's own
+                owners.update((served_owner(state, view), view))
     present: list[str] = []
-    for s in compiled.shares:
-        root = warehouse / "state" / s.owner
-        present += [f"{s.owner}/{p.name}" for p in root.iterdir()] if root.is_dir() else []
-        for view in s.views:
-            state = served_state(store.last_commit(warehouse / "answers" / view))
-            if state:
-                served[view] = state
-    return compiled.settled(served, present)
+    for owner in sorted(owners):
+        root = warehouse / "state" / owner
+        present += [f"{owner}/{p.name}" for p in root.iterdir() if p.is_dir()] \
+            if root.is_dir() else []
+    recorded = {state: members for state in set(served.values()) if "/" in state
+                for members in [recorded_members(warehouse / "state" / state)] if members}
+    return compiled.settled(served, present, recorded)

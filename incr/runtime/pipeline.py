@@ -221,12 +221,15 @@ class Pipeline:
     def views(self) -> dict[str, ViewRuntime]:
         if self._views is None:
             shared: dict[str, ViewState] = {}  # views sharing a state share its object
+            members = {s.owner: s.recorded for s in self.compiled.shares}
             self._views = {}
             for p in self.compiled.plans:
                 state = None
+                if p.shares is not None and p.shares not in shared:
+                    shared[p.shares] = ViewState(p, self.store, self.warehouse, self.engines,
+                                                 members.get(p.shares, ()))
                 if p.shares is not None:
-                    state = shared.setdefault(p.shares, ViewState(p, self.store, self.warehouse,
-                                                                  self.engines))
+                    state = shared[p.shares]
                 self._views[p.view] = view_runtime(p, self.store, self.engines, self.warehouse,
                                                    state)
         return self._views

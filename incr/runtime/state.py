@@ -4,6 +4,7 @@ Layout in the warehouse::
 
     WAREHOUSE/state/<view>/<state fingerprint>/<table>   Delta, partitioned by _bucket
     WAREHOUSE/state/<view>/<state fingerprint>.r<N>/...  the same, rebuilt by ``incr refresh``
+    WAREHOUSE/state/<shared>/<generation>/.members.json  the views a shared state was built for
 
 A view's state lives in one *generation* directory: its fingerprint's newest (a changed
 view gets a new fingerprint, a full refresh a new ``.r<N>`` beside the old one).  The
@@ -21,6 +22,7 @@ Spark's executors, so no compaction brings a large state to the driver.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,16 +64,32 @@ if TYPE_CHECKING:
 #: already combined by a query (⊗=).
 INSERT, SIGNED, REPLACED = "insert", "signed", "replaced"
 
+#: Beside a shared state's tables: the views it was built for, ``[[name, SELECT], ...]`` in
+#: the order their aggregates were merged (:attr:`~incr.compiler.passes.share.Share.recorded`),
+#: so the views that stay when some leave the program can keep it.
+MEMBERS = ".members.json"
+
+
+def recorded_members(generation: Path) -> tuple[tuple[str, str], ...]:
+    """The views the shared state generation at ``generation`` was built for (none when it
+    recorded none: made before they were recorded, or unreadable)."""
+    try:
+        return tuple((str(n), str(q)) for n, q in json.loads((generation / MEMBERS).read_text()))
+    except (OSError, ValueError, TypeError):
+        return ()
+
 
 class ViewState:
     """The state tables of one view (one state fingerprint), or of the views that share
     them (:mod:`incr.compiler.passes.share`): one object for them all in a run."""
 
     def __init__(self, plan: IncrementalPlan, store: DeltaStore, warehouse: Path,
-                 engines: Engines | None = None):
+                 engines: Engines | None = None, members: tuple[tuple[str, str], ...] = ()):
         """``engines``: the run's engines, so a large table is compacted in Spark (None:
-        always on the driver)."""
+        always on the driver).  ``members``: for a shared state, the views whose aggregates
+        it holds (recorded beside it: :data:`MEMBERS`)."""
         self.plan = plan
+        self.members = members
         self.store = store
         self.engines = engines
         self.view_root = warehouse / "state" / plan.state_owner
@@ -329,7 +347,17 @@ class ViewState:
                 self._create_tables(spark)
             finally:
                 spark.close()
+        self._record_members(root)
         self._ready = root
+
+    def _record_members(self, root: Path) -> None:
+        """Writes :data:`MEMBERS` beside a shared state that has none (written aside, then
+        renamed: a reader sees all of it or nothing)."""
+        if not self.members or (root / MEMBERS).exists():
+            return
+        tmp = root / f"{MEMBERS}.{id(self)}.tmp"
+        tmp.write_text(json.dumps([list(m) for m in self.members]))
+        tmp.replace(root / MEMBERS)
 
     def _create_tables(self, spark: SparkEngine) -> None:
         prefix = f"incr_{self.plan.view}_init_"

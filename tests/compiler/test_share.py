@@ -177,3 +177,58 @@ def test_settled_keeps_the_grouping_views_are_served_from():
     assert "keeps the state it is served from rather than rebuild it to share with b, c, e" in \
         dict(apart.alone)["a"]
     assert [s.views for s in apart.shares] == [("b", "c", "e")]
+
+
+def test_settled_keeps_a_state_for_the_views_left_when_others_leave_the_program():
+    """Views served from a shared state keep it when views it was built for leave the
+    program: its aggregates (and, over a join, the side tables' columns) stay as they
+    were, so its fingerprint is the one served, down to a single view."""
+    tables = ("CREATE TABLE a (k BIGINT, g VARCHAR, x DOUBLE);\n"
+              "CREATE TABLE b (k BIGINT, v BIGINT, h VARCHAR);")
+    views = {"p": "SELECT g, SUM(v) AS s FROM a JOIN b ON a.k = b.k GROUP BY g",
+             "q": "SELECT g, COUNT(*) AS n, MAX(x) AS top FROM a JOIN b ON a.k = b.k GROUP BY g",
+             "r": "SELECT g, COUNT(DISTINCT h) AS hs FROM a JOIN b ON a.k = b.k GROUP BY g"}
+
+    def program(*names: str) -> CompiledProgram:
+        return compile_text(tables + "\n" + "".join(f"CREATE VIEW {n} AS {views[n]};\n"
+                                                    for n in names), name="shop")
+
+    full = program("p", "q", "r")
+    (share,) = full.shares
+    state = f"{share.owner}/{full.plan('p').state_fingerprint}"
+    assert share.recorded == tuple(views.items()) and not share.retained
+    recorded = {state: share.recorded}
+    for names in (("p", "r"), ("q",), ("r",)):
+        fewer = program(*names)
+        served = dict.fromkeys(names, state)
+        settled = fewer.settled(served, [state], recorded)
+        (kept,) = settled.shares
+        assert (kept.owner, kept.views) == (share.owner, names)
+        assert kept.retained == tuple(n for n in views if n not in names)
+        assert kept.recorded == share.recorded
+        for n in names:
+            plan = settled.plan(n)
+            assert plan.state_fingerprint == full.plan("p").state_fingerprint
+            assert plan.tables == full.plan("p").tables  # side tables with x and h too
+            assert plan.answer == full.plan(n).answer  # read from the same columns
+        assert "still holds the aggregates of" in explain_program(settled)
+        # Not served from it (a new warehouse, or already moved on): planned as written.
+        assert fewer.settled({}, [], recorded) is fewer
+    # A view left that changed its own aggregates rebuilds anyway: without the removed ones.
+    changed = compile_text(tables + "\n" + f"CREATE VIEW q AS {views['q']};\n" +
+                           f"CREATE VIEW p AS {views['p'].replace('SUM(v)', 'SUM(v * 2)')};\n",
+                           name="shop")
+    rebuilt = changed.settled({"p": state, "q": state}, [state], recorded)
+    assert [(s.views, s.retained) for s in rebuilt.shares] == [(("q", "p"), ())]
+    assert rebuilt.plan("p").state_fingerprint == changed.plan("p").state_fingerprint
+    # A refresh started the state planned for the views left: they take it.
+    two = program("p", "r")
+    planned = f"{two.shares[0].owner}/{two.plan('p').state_fingerprint}.r1"
+    assert two.settled({"p": state, "r": state}, [state, planned], recorded) is two
+    alone = program("q")
+    own = f"q/{alone.plan('q').state_fingerprint}"
+    assert alone.settled({"q": state}, [state, own], recorded) is alone
+    # A removed view that no longer compiles (its column was dropped): planned as written.
+    narrower = compile_text(tables.replace(", h VARCHAR", "") + "\n"
+                            f"CREATE VIEW p AS {views['p']};\n", name="shop")
+    assert narrower.settled({"p": state}, [state], recorded) is narrower

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from incr.compiler import CompiledProgram, compile_text
+from incr.compiler.explain import explain_program
 from incr.oracle import diff_answers, oracle_answer
 from incr.runtime.answer import AnswerTable
 from incr.runtime.local import DriverEngine
@@ -267,3 +268,57 @@ def test_a_view_with_new_aggregates_shares_nothing_with_served_views_until_a_ref
     assert _states(warehouse) == {owner}
     generations = {p.name for p in (warehouse / "state" / owner).iterdir()}
     assert generations == {f"{after.plan('totals').state_fingerprint}.r1"}
+
+
+def test_views_removed_from_a_shared_state_leave_the_others_as_they_are(spark, dirs):
+    """A view leaving the program does not make the views it shared with rebuild: they
+    keep the state (still holding its aggregates) down to the last of them, until a
+    refresh regroups them into a state of their own aggregates."""
+    landing, warehouse = dirs
+    before = compile_text(TABLE + TOTALS + EXTREMES + AVERAGE, name="shop")
+    (share,) = before.shares
+    for seq in range(2):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    generation = before.plan("totals").state_fingerprint
+    assert _states(warehouse) == {share.owner}
+
+    # ``extremes`` goes: its MAX(x) and MIN(v) are in no other view, so the state the share
+    # pass plans for the others holds less, and would be built from batch 0.
+    fewer = compile_text(TABLE + TOTALS + AVERAGE, name="shop")
+    assert fewer.plan("totals").state_fingerprint != generation
+    _land(landing, 2)
+    pipeline = Pipeline(fewer, landing, warehouse, spark=spark, local_rows=1000)
+    (kept,) = pipeline.compiled.shares
+    assert (kept.owner, kept.views, kept.retained) == (share.owner, ("totals", "average"),
+                                                       ("extremes",))
+    assert pipeline.compiled.plan("average").state_fingerprint == generation
+    report = pipeline.run()
+    assert {m.view: m.answer_mode for m in report.applied[-1].views} == {
+        "totals": "change", "average": "change"}
+    _check(warehouse, fewer, 2)
+    assert {p.name for p in (warehouse / "state" / share.owner).iterdir()} == {generation}
+
+    # Down to one view: it keeps the shared state alone.
+    alone = compile_text(TABLE + TOTALS, name="shop")
+    assert not alone.shares
+    _land(landing, 3)
+    pipeline = Pipeline(alone, landing, warehouse, spark=spark, local_rows=1000)
+    (kept,) = pipeline.compiled.shares
+    assert (kept.views, kept.retained) == (("totals",), ("extremes", "average"))
+    assert "still holds the aggregates of extremes, average" in explain_program(pipeline.compiled)
+    report = pipeline.run()
+    assert [m.answer_mode for m in report.applied[-1].views] == ["change"]
+    _check(warehouse, alone, 3)
+    assert _states(warehouse) == {share.owner}
+
+    # A refresh builds the view's own state beside; once it serves from it, the shared one goes.
+    pipeline.refresh("totals")
+    assert not pipeline.compiled.shares
+    _land(landing, 4)
+    report = pipeline.run()
+    assert [m.answer_mode for b in report.applied for m in b.views] == ["building"] * 4 + \
+        ["rewrite"]
+    _check(warehouse, alone, 4)
+    assert _states(warehouse) == {"totals"}
+    assert not Pipeline(alone, landing, warehouse, spark=spark, local_rows=1000).compiled.shares

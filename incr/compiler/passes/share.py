@@ -22,6 +22,12 @@ deletions take them back exactly as they would in the view's own state.
 The shared state lives under a name of its own (:attr:`Share.owner`), derived from the
 group's input and θ, not from its views, so adding a view to a group or removing one
 keeps the name (the state's fingerprint changes with the aggregates it holds).
+
+A view removed from a program does not make the views it shared with rebuild: the state
+records the views it was built for (:attr:`Share.recorded`), and while the others are
+served from it they keep it, the removed view's aggregates included (*retained*: still
+folded, read by no answer), until a refresh of one of them regroups them into a state of
+their own aggregates only (``settled`` in :mod:`incr.compiler`).
 """
 
 from __future__ import annotations
@@ -73,14 +79,33 @@ class Share:
     grouping: tuple[str, ...]
     rule: str
     join: bool
+    #: Views no longer in the program whose aggregates the state still holds (they were
+    #: among the views it was built for, and its views are served from it).
+    retained: tuple[str, ...] = ()
+    #: Every view whose aggregates the state holds, ``(name, SELECT)``, in the order their
+    #: aggregates were merged: the runtime records it beside the state it creates, so a
+    #: later program without some of them can keep the state (:data:`Retained`).
+    recorded: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         """One line for ``incr explain``."""
         by = ", ".join(self.grouping) or "() (one global group)"
         what = "one join" if self.join else self.source
         how = RULES[self.rule]
-        return (f"{', '.join(self.views)} share state {self.owner}: {self.rule} ({how}) over "
-                f"{what}, one WHERE, GROUP BY {by}")
+        views = ", ".join(self.views)
+        line = (f"{views} {'share' if len(self.views) > 1 else 'keeps'} state {self.owner}: "
+                f"{self.rule} ({how}) over {what}, one WHERE, GROUP BY {by}")
+        if self.retained:
+            line += (f"; it still holds the aggregates of {', '.join(self.retained)}, no longer "
+                     f"in the program, so {views} need no rebuild (a refresh of "
+                     f"{'any of them' if len(self.views) > 1 else views} drops them)")
+        return line
+
+
+#: Per state name (a label, :func:`share`), the views its state was built for, in merge
+#: order: ``(name, None)`` for a view of the program, ``(name, its compilation after
+#: lineage)`` for one the program no longer has, whose aggregates the state keeps.
+Retained = Mapping[str, tuple[tuple[str, "Compilation | None"], ...]]
 
 
 @dataclass(frozen=True)
@@ -97,7 +122,8 @@ class Sharing:
 
 
 def share(program: Program, plans: tuple[IncrementalPlan, ...],
-          start: dict[str, Compilation], labels: Mapping[str, str] | None = None) -> Sharing:
+          start: dict[str, Compilation], labels: Mapping[str, str] | None = None,
+          retained: Retained | None = None) -> Sharing:
     """Plans one state per group of views that can share it.
 
     ``start`` holds, per view that may share, its compilation after the ``lineage`` pass
@@ -106,10 +132,14 @@ def share(program: Program, plans: tuple[IncrementalPlan, ...],
     serves from different states: only views of one label share, under the state named
     by the label when it is this group's (:func:`served_owner`); views labelled :data:`NEW`
     share a state of their own; a view labelled with its own name keeps its own state.
+    ``retained``: per label, the views its state was built for; the aggregates of those no
+    longer in the program are merged in too, in the recorded order, so the views keep the
+    state as it is (one view alone included).
     """
     if not program.options.share:
         return Sharing(plans, (), tuple((p.view, OFF) for p in plans))
     labels = labels or {}
+    retained = retained or {}
     groups: dict[tuple[object, str], list[str]] = {}
     for view, c in start.items():
         groups.setdefault((_signature(c), labels.get(view, "")), []).append(view)
@@ -118,8 +148,9 @@ def share(program: Program, plans: tuple[IncrementalPlan, ...],
     by_view = {p.view: p for p in plans}
     shares: list[Share] = []
     alone: list[tuple[str, str]] = []
-    for (_, label), views in groups.items():
-        if len(views) < 2:
+    for (sig, label), views in groups.items():
+        recorded = _recorded(retained.get(label, ()), sig)
+        if len(views) < 2 and not any(c is not None for _, c in recorded):
             c = start[views[0]]
             others = [w for w in kin[views[0]] if w != views[0]]
             why = (f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
@@ -133,13 +164,25 @@ def share(program: Program, plans: tuple[IncrementalPlan, ...],
             continue
         try:
             group, planned = _merge(program, [start[v] for v in views],
-                                    [by_view[v] for v in views], label)
+                                    [by_view[v] for v in views], label, recorded)
         except IncrError as e:  # each view compiled alone: it keeps its own state, as it can
             alone += [(v, f"the state of {', '.join(views)} cannot be merged ({e})") for v in views]
             continue
         shares.append(group)
         by_view.update(planned)
     return Sharing(tuple(by_view[p.view] for p in plans), tuple(shares), tuple(alone))
+
+
+def _recorded(recorded: tuple[tuple[str, Compilation | None], ...],
+              signature: object) -> tuple[tuple[str, Compilation | None], ...]:
+    """The views a state was built for, if it can be kept as it is.
+
+    It can when the removed ones among them (those with a compilation) read the group's
+    input as its views do; else none.
+    """
+    if any(c is not None and _signature(c) != signature for _, c in recorded):
+        return ()
+    return recorded
 
 
 def served_owner(served: str, view: str) -> str:
@@ -242,24 +285,32 @@ def _aggregate(c: Compilation) -> Aggregate:
 
 
 def _merge(program: Program, members: list[Compilation], plans: list[IncrementalPlan],
-           label: str = "") -> tuple[Share, dict[str, IncrementalPlan]]:
+           label: str = "", recorded: tuple[tuple[str, Compilation | None], ...] = ()
+           ) -> tuple[Share, dict[str, IncrementalPlan]]:
     """The group's state, compiled once, and each member's plan reading it.
 
     The state is named by the group's input and θ; by ``label`` when it is such a name
     (views served from it keep it); by both and the views' names for a group of views
-    new beside others (:data:`NEW`).
+    new beside others (:data:`NEW`).  ``recorded``: the views the state was built for,
+    in the order their aggregates were merged (:data:`Retained`); those not among the
+    members (with a compilation) are merged in too, so the state is the one they built.
     """
-    first = _widened(program, members)
+    by_name = {p.view: c for p, c in zip(plans, members)}
+    merging = [(n, c if c is not None else by_name[n]) for n, c in recorded
+               if c is not None or n in by_name]
+    merging += [(p.view, c) for p, c in zip(plans, members) if p.view not in dict(merging)]
+    first = _widened(program, [c for _, c in merging])
     agg = _aggregate(first)
     calls: list[AggCall] = []
-    names: list[dict[str, str]] = []  # per member: its aggregate's IR name -> the merged one
-    for c in members:
+    renamed_by: dict[str, dict[str, str]] = {}  # per view: its aggregate's IR name -> the merged one
+    for view, c in merging:
         renamed = {}
         for named in _aggregate(c).aggs:
             if named.call not in calls:
                 calls.append(named.call)
             renamed[named.name] = f"_s{calls.index(named.call)}"
-        names.append(renamed)
+        renamed_by[view] = renamed
+    names = [renamed_by[p.view] for p in plans]
     merged_aggs = tuple(NamedAgg(f"_s{i}", call) for i, call in enumerate(calls))
     out = tuple(Named(k.name, Scalar.column(k.name)) for k in agg.keys) + tuple(
         Named(a.name, Scalar.column(a.name)) for a in merged_aggs)
@@ -289,9 +340,13 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
         planned[plan.view] = replace(plan, stages=(own,), shares=owner)
     measures = {call.arg for call in calls if call.arg is not None}  # COUNT(*) reads none
     rule = "CGMRR" if len(measures) <= 1 else "CGRR"
+    selects = {v.name: v.select for v in program.views}
+    selects.update({n: c.view.select for n, c in recorded if c is not None})
     return Share(owner=owner, views=tuple(p.view for p in plans), source=first.source.name,
                  grouping=tuple(str(k.expr) for k in first.lineage or ()), rule=rule,
-                 join=not first.direct), planned
+                 join=not first.direct,
+                 retained=tuple(n for n, c in recorded if c is not None),
+                 recorded=tuple((n, selects[n]) for n, _ in merging)), planned
 
 
 def owner_prefix(program: str) -> str:
