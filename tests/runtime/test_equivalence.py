@@ -192,8 +192,10 @@ def leaving(rng: random.Random, compiled, steps: int) -> int | None:
 
 
 def without_view(rng: random.Random, text: str, compiled) -> str:
-    """``text`` without one of its views (drawn)."""
-    gone = rng.choice([p.view for p in compiled.plans])
+    """``text`` without one of its views (drawn; half the time one sharing a state)."""
+    shared = [v for s in compiled.shares for v in s.views]
+    gone = rng.choice(shared if shared and rng.random() < 0.5 else
+                      [p.view for p in compiled.plans])
     event("a view leaves the program" + (" it shares a state in" if any(
         gone in s.views for s in compiled.shares) else ""))
     return "\n".join(line for line in text.split("\n")

@@ -322,3 +322,57 @@ def test_views_removed_from_a_shared_state_leave_the_others_as_they_are(spark, d
     _check(warehouse, alone, 4)
     assert _states(warehouse) == {"totals"}
     assert not Pipeline(alone, landing, warehouse, spark=spark, local_rows=1000).compiled.shares
+
+
+def test_a_view_removed_from_a_shared_join_leaves_its_columns_in_the_side_tables(spark, dirs):
+    """Over a join the shared state's side tables keep the columns every view read: after
+    a view leaves, the others keep them (and fold them) as they were."""
+    landing, warehouse = dirs
+    tables = ("-- incr: buckets = 2\nCREATE TABLE a (k BIGINT, g VARCHAR, x DOUBLE);\n"
+              "CREATE TABLE b (k BIGINT, v BIGINT, h VARCHAR);\n")
+    p = "CREATE VIEW p AS SELECT g, SUM(v) AS s FROM a JOIN b ON a.k = b.k GROUP BY g;\n"
+    q = ("CREATE VIEW q AS SELECT g, MAX(x) AS top, COUNT(DISTINCT h) AS hs "
+         "FROM a JOIN b ON a.k = b.k GROUP BY g;\n")
+    schemas = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64())]),
+               "b": pa.schema([("k", pa.int64()), ("v", pa.int64()), ("h", pa.string())])}
+    batches = [("a", False, [(1, "u", 0.5), (2, "w", 1.5), (3, "u", 2.0)]),
+               ("b", False, [(1, 4, "m"), (2, 5, "n"), (3, 6, "m"), (1, 7, "o")]),
+               ("a", False, [(4, "w", 3.0), (1, "w", 9.0)]),
+               ("b", True, [(1, 4, "m")]),
+               ("b", False, [(4, 2, "n"), (2, 1, "p")]),
+               ("a", True, [(2, "w", 1.5)])]
+    live: dict[str, list[tuple]] = {"a": [], "b": []}
+
+    def step(compiled: CompiledProgram, seq: int) -> None:
+        table, delete, rows = batches[seq]
+        folder = landing / table / ("_deletes" if delete else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist([dict(zip(schemas[table].names, r)) for r in rows],
+                                            schema=schemas[table]), folder / f"{seq:04d}.parquet")
+        for r in rows:
+            live[table].remove(r) if delete else live[table].append(r)
+        Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000).run()
+        sources = {t: pa.Table.from_pylist([dict(zip(schemas[t].names, r)) for r in rs],
+                                           schema=schemas[t]) for t, rs in live.items()}
+        for plan in compiled.plans:
+            answer, batch = read_answer(warehouse, plan)
+            assert batch == seq, plan.view
+            diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
+            assert diff is None, f"view {plan.view} after batch {seq}:\n{diff}"
+
+    both = compile_text(tables + p + q, name="shop")
+    (share,) = both.shares
+    for seq in range(3):
+        step(both, seq)
+    sides = {t.side_of: t.key_columns for t in both.plan("p").tables if t.side_of is not None}
+    assert sides == {"a": ("a__k", "a__g", "a__x"), "b": ("b__k", "b__v", "b__h")}  # x, h: q's
+
+    only_p = compile_text(tables + p, name="shop")
+    pipeline = Pipeline(only_p, landing, warehouse, spark=spark, local_rows=1000)
+    assert pipeline.compiled.plan("p").tables == both.plan("p").tables
+    assert [(s.owner, s.retained) for s in pipeline.compiled.shares] == [(share.owner, ("q",))]
+    for seq in range(3, len(batches)):
+        step(only_p, seq)
+    assert _states(warehouse) == {share.owner}
+    assert {g.name for g in (warehouse / "state" / share.owner).iterdir()} == {
+        both.plan("p").state_fingerprint}
