@@ -2,8 +2,11 @@
 
 A program's tasks lock only what they write, so Airflow's parallel ``apply_<view>`` tasks
 never wait for each other: each holds its own view's lock, ``prepare`` holds the ledger's
-and the row indexes', and a whole ``incr run`` holds them all.  Locks are ``flock`` locks,
-released by the kernel when the holder dies, so a crashed run never leaves a stale lock.
+and the row indexes', and a whole ``incr run`` holds them all.  Views sharing a state hold
+its lock exclusively to fold into it; a view whose shared state is already folded holds it
+*shared* (readers: no fold moves the state meanwhile) and its own answer's lock while it
+publishes, so the views of one state publish at once.  Locks are ``flock`` locks, released
+by the kernel when the holder dies, so a crashed run never leaves a stale lock.
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def locked(path: Path, what: str, wait_s: float = 0.0) -> Iterator[None]:
-    """Holds an exclusive lock on ``path``.
+def locked(path: Path, what: str, wait_s: float = 0.0, shared: bool = False) -> Iterator[None]:
+    """Holds an exclusive lock on ``path`` (with ``shared``, one that other shared holders
+    hold too, and an exclusive one excludes).
 
     Waits up to ``wait_s`` seconds for another holder (0: fails at once), then raises a
     StorageError naming the holder (its pid) and the lock file.
@@ -68,7 +72,7 @@ def locked(path: Path, what: str, wait_s: float = 0.0) -> Iterator[None]:
         deadline = time.monotonic() + wait_s
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 break
             except BlockingIOError as e:
                 if time.monotonic() >= deadline:
@@ -78,6 +82,7 @@ def locked(path: Path, what: str, wait_s: float = 0.0) -> Iterator[None]:
                                        f"finish (lock file {path})") from e
                 time.sleep(_POLL_S)
         # One write of a fixed width: a reader never sees the file empty or half-written.
+        # (Shared holders each write theirs: the file names one of them.)
         os.pwrite(fd, f"pid {os.getpid()}".ljust(_PID_WIDTH).encode(), 0)
         os.ftruncate(fd, _PID_WIDTH)
         yield
@@ -100,25 +105,42 @@ class Locks:
         self.program = program
         self.shared = dict(shared or {})
         self._held: set[str] = set()
+        self._reading: set[str] = set()  # those of _held taken shared
 
     @contextlib.contextmanager
     def hold(self, *, ledger: bool = False, indexes: tuple[str, ...] = (),
-             views: tuple[str, ...] = (), wait_s: float = 0.0) -> Iterator[None]:
-        """Takes the named locks in one global order (ledger, indexes, views), so two holders
-        can never wait on each other in a cycle."""
-        wanted = ([("ledger", f"the ledger of program {self.program}")] if ledger else [])
-        wanted += [(f"rows-{t}", f"the row index of {t} (program {self.program})")
+             views: tuple[str, ...] = (), reading: tuple[str, ...] = (),
+             answers: tuple[str, ...] = (), wait_s: float = 0.0) -> Iterator[None]:
+        """Takes the named locks in one global order (ledger, indexes, views, answers), so
+        two holders can never wait on each other in a cycle.
+
+        ``views``: the locks of views (or of the states they share) taken exclusively;
+        ``reading``: such locks taken shared, by publishers of a state no one folds
+        meanwhile; ``answers``: the locks of views' answer tables, which shared holders
+        each take for the answer they write.
+        """
+        wanted = ([("ledger", f"the ledger of program {self.program}", False)] if ledger else [])
+        wanted += [(f"rows-{t}", f"the row index of {t} (program {self.program})", False)
                    for t in sorted(indexes)]
-        for v in sorted(views):
+        for v in sorted({*views, *reading}):
+            if v in views and v in reading:
+                raise ValueError(f"the lock of {v} is asked for both shared and exclusive")
             what = f"the state views {', '.join(self.shared[v])} share" if v in self.shared \
                 else f"view {v}"
-            wanted.append((f"view-{v}", f"{what} (program {self.program})"))
+            wanted.append((f"view-{v}", f"{what} (program {self.program})", v in reading))
+        wanted += [(f"answer-{v}", f"the answer of view {v} (program {self.program})", False)
+                   for v in sorted(answers)]
         with contextlib.ExitStack() as stack:
-            for name, what in wanted:
+            for name, what, shared in wanted:
                 if name in self._held:
+                    if shared != (name in self._reading):
+                        raise ValueError(f"the lock of {what} is held in the other mode")
                     continue
-                stack.enter_context(locked(self.root / f"{name}.lock", what, wait_s))
+                stack.enter_context(locked(self.root / f"{name}.lock", what, wait_s, shared))
                 self._held.add(name)
                 stack.callback(self._held.discard, name)
+                if shared:
+                    self._reading.add(name)
+                    stack.callback(self._reading.discard, name)
             faults.pause_point("locks.held")
             yield

@@ -548,6 +548,9 @@ class Pipeline:
         out: list[ViewMetrics] = []
         if through is None:
             return out
+        published = self._publish_folded(runtime, through, emit)
+        if published is not None:
+            return published
         with self.locks.hold(views=(runtime.plan.state_owner,), wait_s=self._wait(runtime)):
             self._publish_from_shared_state([runtime], through)
             progress = self._progress()
@@ -574,6 +577,40 @@ class Pipeline:
                 at = batches.index(next(b for b in group if b.seq == applied[-1].seq)) + 1
             runtime.drop_stale_state()
         return out
+
+    def _publish_folded(self, runtime: ViewRuntime, through: int,
+                        emit: Emit | None) -> list[ViewMetrics] | None:
+        """A view task's work when another view's task already folded the state they share
+        through every batch this view lacks (up to ``through``): only its answer, published
+        from the state by the groups those folds logged (:mod:`~incr.runtime.touchlog`).
+
+        It holds the state's lock shared (the other views' tasks publish at once; no fold
+        moves the state meanwhile) and its answer's lock, and reads no batch.  None when
+        that is not the case (the state is behind or ahead, or the answer is of another
+        definition or state): the task then takes the state's lock to fold, as any.
+        """
+        if runtime.plan.shares is None:
+            return None
+        owner, view = runtime.plan.state_owner, runtime.plan.view
+        with self.locks.hold(reading=(owner,), answers=(view,), wait_s=self._wait(runtime)):
+            progress = self._progress()
+            todo = [b for b in self.ledger.batches()
+                    if b.seq <= through and runtime in self._behind(b, progress)]
+            if not todo or runtime.answer_through() < 0:
+                return None
+            last = todo[-1]
+            if not (runtime.state_through() == runtime.furthest() == last.seq
+                    and all(runtime.resumes(b.seq, b.table) < 0 for b in todo)):
+                return None  # (resumes: -1 once every table a batch writes committed it)
+            # Every table is at the batch, so the fold reads nothing of it (it returns at once).
+            metrics = runtime.apply(last.seq, last.kind, last.table, f"incr_batch_{last.table}")
+            if emit is not None:
+                emit(f"{len(todo)}/{len(todo)} batches · folded into {owner} by another view's "
+                     f"task · answer published at batch {last.seq} ({metrics.answer_mode})", True)
+            # The batches before it are in the state, not published apart (as a fold of
+            # several batches as one step leaves them).
+            return [ViewMetrics(view, b.seq, answer_mode="ahead", answer_rows=-1)
+                    for b in todo[:-1]] + [metrics]
 
     def backfill(self, views: Iterable[str] | None = None, folder: Path | str | None = None,
                  start: int | None = None, through: int | None = None, rebuild: bool = False,

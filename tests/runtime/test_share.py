@@ -9,14 +9,19 @@ views start or stop sharing removed once nothing reads them.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from incr.compiler import CompiledProgram, compile_text
 from incr.compiler.explain import explain_program
+from incr.config import Settings
+from incr.errors import StorageError
 from incr.oracle import diff_answers, oracle_answer
+from incr.runtime import pipeline as pipeline_module
 from incr.runtime.answer import AnswerTable
 from incr.runtime.local import DriverEngine
 from incr.runtime.pipeline import Pipeline
@@ -376,3 +381,61 @@ def test_a_view_removed_from_a_shared_join_leaves_its_columns_in_the_side_tables
     assert _states(warehouse) == {share.owner}
     assert {g.name for g in (warehouse / "state" / share.owner).iterdir()} == {
         both.plan("p").state_fingerprint}
+
+
+def test_tasks_of_views_sharing_a_folded_state_publish_at_once_reading_no_batch(
+        spark, dirs, monkeypatch):
+    """Once a view's task folded the shared state, the other views' tasks hold its lock
+    shared: they publish at the same time (each under its answer's own lock), read no
+    batch, and a fold waits for them."""
+    landing, warehouse = dirs
+    compiled = compile_text(TABLE + TOTALS + EXTREMES + AVERAGE, name="shop")
+    config = Settings(shared_wait_s=0.0)  # a task blocked by another fails at once
+
+    def fresh() -> Pipeline:
+        return Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000, config=config)
+
+    _land(landing, 0)
+    fresh().run()
+    _land(landing, 1)
+    through = fresh().prepare().ready_through
+    fresh().apply_view("totals", through)  # folds batch 1
+
+    loads: list[str] = []
+    load = pipeline_module.Pipeline._load
+
+    def spied_load(self, batch, progress):
+        loads.append(str(batch))
+        return load(self, batch, progress)
+
+    monkeypatch.setattr(pipeline_module.Pipeline, "_load", spied_load)
+    inside, release = threading.Event(), threading.Event()
+    publish = AnswerTable.publish
+
+    def paused(self, *args, **kwargs):
+        if self.plan.view == "extremes":
+            inside.set()
+            assert release.wait(300)
+        return publish(self, *args, **kwargs)
+
+    monkeypatch.setattr(AnswerTable, "publish", paused)
+    done: dict[str, list] = {}
+    worker = threading.Thread(target=lambda: done.update(
+        extremes=fresh().apply_view("extremes", through)))
+    worker.start()
+    try:
+        assert inside.wait(300)  # extremes publishes, holding the state's lock shared ...
+        (m,) = fresh().apply_view("average", through)  # ... while average publishes too
+        assert (m.batch, m.engine, m.answer_mode) == (1, "shared", "change")
+        _land(landing, 2)  # ... and a fold of the next batch must wait for them
+        with pytest.raises(StorageError, match="is being updated by pid"):
+            fresh().run()
+    finally:
+        release.set()
+        worker.join(300)
+    assert [(m.batch, m.answer_mode) for m in done["extremes"]] == [(1, "top")]
+    assert loads == []  # neither read the batch
+    _check(warehouse, compiled, 1)
+    monkeypatch.undo()
+    fresh().run()
+    _check(warehouse, compiled, 2)
