@@ -23,6 +23,7 @@ Spark's executors, so no compaction brings a large state to the driver.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -355,7 +356,7 @@ class ViewState:
         renamed: a reader sees all of it or nothing)."""
         if not self.members or (root / MEMBERS).exists():
             return
-        tmp = root / f"{MEMBERS}.{id(self)}.tmp"
+        tmp = root / f"{MEMBERS}.{os.getpid()}.tmp"  # one per process: they may race
         tmp.write_text(json.dumps([list(m) for m in self.members]))
         tmp.replace(root / MEMBERS)
 
