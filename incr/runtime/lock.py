@@ -104,8 +104,7 @@ class Locks:
         self.root = root
         self.program = program
         self.shared = dict(shared or {})
-        self._held: set[str] = set()
-        self._reading: set[str] = set()  # those of _held taken shared
+        self._held: dict[str, bool] = {}  # the locks held, and whether shared
 
     @contextlib.contextmanager
     def hold(self, *, ledger: bool = False, indexes: tuple[str, ...] = (),
@@ -133,14 +132,11 @@ class Locks:
         with contextlib.ExitStack() as stack:
             for name, what, shared in wanted:
                 if name in self._held:
-                    if shared != (name in self._reading):
+                    if shared != self._held[name]:
                         raise ValueError(f"the lock of {what} is held in the other mode")
                     continue
                 stack.enter_context(locked(self.root / f"{name}.lock", what, wait_s, shared))
-                self._held.add(name)
-                stack.callback(self._held.discard, name)
-                if shared:
-                    self._reading.add(name)
-                    stack.callback(self._reading.discard, name)
+                self._held[name] = shared
+                stack.callback(self._held.pop, name)
             faults.pause_point("locks.held")
             yield

@@ -225,10 +225,10 @@ class Pipeline:
             self._views = {}
             for p in self.compiled.plans:
                 state = None
-                if p.shares is not None and p.shares not in shared:
-                    shared[p.shares] = ViewState(p, self.store, self.warehouse, self.engines,
-                                                 members.get(p.shares, ()))
                 if p.shares is not None:
+                    if p.shares not in shared:
+                        shared[p.shares] = ViewState(p, self.store, self.warehouse, self.engines,
+                                                     members.get(p.shares, ()))
                     state = shared[p.shares]
                 self._views[p.view] = view_runtime(p, self.store, self.engines, self.warehouse,
                                                    state)
