@@ -236,9 +236,15 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> li
         out.append(_section(title("⊗̃"), f"none: {stage.source} is append-only, so MIN/MAX keep "
                             "the plain monoid (no inverse) and delete batches are refused"))
     for spec in stage.signed:
-        if plan.table(spec.table).side_of is not None:
+        side = plan.table(spec.table)
+        if side.side_of is not None:
+            note = ("" if stage.anti(side.side_of) else
+                    "\n-- once larger than INCR_STATE_VECTOR_ROWS: an all-insert batch is "
+                    "appended as rows of\n-- their own (no old row read), so a θ's count may "
+                    "span rows; they are summed\n-- when a change of that θ reads them, and "
+                    "replaced by the sum")
             out.append(_section(title(f"⊗±  (signed merge into {spec.table})"),
-                                render_merge(spec, plan.table(spec.table))))
+                                render_merge(spec, side) + note))
     for d in stage.diffuse:
         if plan.table(d.table).side_of is None and plan.table(d.table) in stored:
             out.append(_section(title(f"⊗̂  (diffusion over {d.table})"), render_diffusion(d)))

@@ -329,6 +329,14 @@ class StagePlan:
         assert self.kept is not None
         return tuple(zip(self.answer.keys, (k.name for k in self.kept.keys)))
 
+    def anti(self, alias: str) -> bool:
+        """Whether some branch reads input ``alias`` as an anti input.
+
+        It is then read for "no match", not only as counts joined, so its side table must
+        keep one row per θ (no appended inserts beside older rows).
+        """
+        return any(a.input.alias == alias for b in self.branches for a in b.join.anti)
+
     def side_table(self, alias: str) -> StateTable:
         """The side table mirroring input ``alias``."""
         return next(t for t in self.tables if t.side_of == alias)
@@ -353,7 +361,7 @@ class StagePlan:
         found: list[SideMatch] = []
         for branch in self.branches:
             join = branch.join
-            if any(a.input.alias == alias for a in join.anti):
+            if any(a.input.alias == alias for a in join.anti):  # (see anti)
                 return None
             inputs = {i.alias: i for i in join.inputs}
             here = [a for a in inputs if a in moved and a != alias] + [

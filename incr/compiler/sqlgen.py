@@ -214,9 +214,18 @@ def render_touched_keys(table: StateTable, plus: str, minus: str) -> str:
 
 
 def render_old_rows(table: StateTable, state: str, touched: str) -> str:
-    """Every state row of a touched θ (a bag's unchanged values count for ``a`` too)."""
+    """Every state row of a touched θ (a bag's unchanged values count for ``a`` too).
+
+    A side table's rows of one θ are summed into one: inserts are appended to a large one
+    as rows of their own (see ``Fold._append_side``), so its count of a θ may be split
+    over several rows until a later change of that θ replaces them by their sum.
+    """
     on = merge_condition_sql("t", "k", tuple(k.name for k in table.keys))
-    return f"SELECT t.* FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on}"
+    if table.side_of is None:
+        return f"SELECT t.* FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on}"
+    theta = ", ".join(f"t.{q(c)}" for c in (BUCKET, *table.key_columns))
+    return (f"SELECT {theta}, CAST(sum(t.{q(ROW_COUNT)}) AS BIGINT) AS {q(ROW_COUNT)} "
+            f"FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on} GROUP BY {theta}")
 
 
 def render_changed_rows(table: StateTable, new: str, plus: str, minus: str) -> str:

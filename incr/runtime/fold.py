@@ -209,11 +209,15 @@ class Fold:
             else:
                 self._combine_merge(stage, pending, delta, batch, outbox)
         for table in pending_sides:
+            change, sign = changes[table.side_of]
+            if sign > 0 and self.state.vectors(table) and not stage.anti(table.side_of):
+                self._append_side(table, change, batch)
+                continue
             if self.state.vectors(table):
-                self._signed_by_vectors(stage, table, changes[table.side_of][0], batch)
+                self._signed_by_vectors(stage, table, change, batch)
                 continue
             t0 = time.perf_counter()
-            rows = self._collect(self.plan.h_query(table.name, changes[table.side_of][0]), table.name)
+            rows = self._collect(self.plan.h_query(table.name, change), table.name)
             t1 = time.perf_counter()
             spec = next(s for s in stage.signed if s.table == table.name)
             touched = self.state.merge(table, spec, rows, batch, SIGNED)
@@ -397,6 +401,19 @@ class Fold:
                 touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
             self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
             faults.crash_point("view.after_merge", batch)
+
+    def _append_side(self, table: StateTable, change: str, batch: int) -> None:
+        """⊗± of an all-insert change into a large side table: h(Δ) appended as rows of
+        their own, no old row read.  Δ reads a side table only as counts it multiplies by
+        (never as "no match": ``stage.anti``), so a θ's count may be split over several
+        rows; a later change of a θ that reads its old rows sums them
+        (:func:`~incr.compiler.sqlgen.render_old_rows`) and replaces them all.  Searching
+        5M-row side tables for every inserted key was a third of a join increment."""
+        t0 = time.perf_counter()
+        rows = self._collect(self.plan.h_query(table.name, change), table.name)
+        t1 = time.perf_counter()
+        self.state.append_by_vectors(table, rows, batch)
+        self._record(table.name, rows.num_rows, t1 - t0, time.perf_counter() - t1, rows.num_rows)
 
     def _signed_by_vectors(self, stage: StagePlan, table: StateTable, change: str,
                            batch: int) -> None:

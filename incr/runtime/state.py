@@ -198,11 +198,16 @@ class ViewState:
         never without the run's engines).
 
         Below that size copying the files a MERGE reaches costs less than the vectors'
-        extra queries (the old rows read, the live rows picked).
+        extra queries (the old rows read, the live rows picked).  A side table that has
+        vectors keeps them, whatever its size or the setting: inserts may have split a
+        θ's count over several rows (``Fold._append_side``), which a MERGE would update
+        each, and only the vectors' ⊗= sums.
         """
-        if self.engines is None or not self.engines.settings.state_deletion_vectors:
+        if self.engines is None or not table.key_columns or self.is_empty(table.name):
             return False
-        if not table.key_columns or self.is_empty(table.name):
+        if table.side_of is not None and has_deletion_vectors(self.store.table(self.path(table.name))):
+            return True
+        if not self.engines.settings.state_deletion_vectors:
             return False
         rows = self.store.row_count(self.path(table.name))
         return rows is None or rows > self.engines.settings.state_vector_rows
@@ -240,6 +245,16 @@ class ViewState:
         self.store.replace_rows(self.path(table.name), changed.select(keys), live, batch=batch)
         self.compact(table)
         return changed.num_rows
+
+    def append_by_vectors(self, table: StateTable, rows: pa.Table, batch: int) -> None:
+        """Adds ``rows`` to a side table as rows of their own (one new file per bucket, in
+        the commit that records ``batch``), beside any rows of the same θ: a side table's
+        count of θ is the sum of its rows' (see ``Fold._append_side``)."""
+        assert table.side_of is not None, f"{table.name}: only a side table's rows add up"
+        keys = [BUCKET, *table.key_columns]
+        self.store.replace_rows(self.path(table.name), rows.select(keys).slice(0, 0), rows,
+                                batch=batch)
+        self.compact(table)
 
     def note_rows(self, batch: int, table: str, rows: pa.Table) -> None:
         """Keeps ``rows``, every live row of the groups ``batch`` touched in ``table`` (a main
