@@ -136,7 +136,27 @@ class AnswerTable:
             if name == DRIVER:
                 return self._write(self._run(DRIVER, self.store.schema(self.path)), batch)
             return self._write_from_spark(batch)
-        return self._on_engine(0, self._blocker(published), step)
+        rows = self._on_engine(0, self._blocker(published), step)
+        self._ready_for_vectors(rows)
+        return rows
+
+    def _ready_for_vectors(self, rows: int) -> None:
+        """Readies a rewritten answer that later batches MERGE by deletion vectors: the
+        feature enabled and its large files mirrored by their first integer key column, as
+        the state's tables at a load (:meth:`~incr.runtime.state.ViewState.ready_for_vectors`).
+        The first MERGE after a load otherwise mirrors every file of the answer it
+        searches (0.5 s of a 5M-row answer), in the batch a user waits for."""
+        settings = self.engines.settings
+        if not (self.plan.publish.by_change and settings.answer_by_change
+                and settings.answer_deletion_vectors) or not self.store.mirror_rows \
+                or rows < self.store.mirror_rows:
+            return
+        schema = self.store.schema(self.path)
+        key = next((c for c in self.plan.publish.columns
+                    if c in schema.names and pa.types.is_integer(schema.field(c).type)), None)
+        if key is not None:
+            self.store.enable_deletion_vectors(self.path)
+            self.store.mirror_files(self.path, key)
 
     def _write_from_spark(self, batch: int) -> int:
         """a(state) written by Spark's executors, as :meth:`_write` writes it."""

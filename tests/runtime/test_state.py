@@ -256,3 +256,39 @@ def test_a_table_loaded_past_the_vector_threshold_is_ready_before_its_next_batch
     answer, _ = read_answer(tmp_path / "wh", compiled.plans[0])
     expected = sum(k * 2 for k in range(0, 40, 3)) + sum(2 for k in range(0, 40, 15))
     assert answer.to_pylist() == [{"s": expected, "n": 14 + 3}]
+
+
+def test_an_answer_rewritten_past_the_mirror_size_is_ready_for_its_first_merge(
+        spark, tmp_path, monkeypatch):
+    """An answer a later batch MERGEs by deletion vectors gets them, and the key mirrors of
+    its files, when it is rewritten whole (its first publish, after the load): the first
+    batch after it searches the answer by key at once, writing no mirror by reading a file
+    back, and the answer stays exact."""
+    from incr.config import Settings
+    from incr.runtime import mirror
+    from incr.runtime.report import read_answer
+    from incr.runtime.store import has_deletion_vectors
+
+    program = ("CREATE TABLE a (k BIGINT, v BIGINT);\n"
+               "CREATE VIEW per AS SELECT k, SUM(v) AS s FROM a GROUP BY k;\n")
+    compiled = compile_text(program, path="per.sql", name="per")
+    landing, warehouse = tmp_path / "landing", tmp_path / "wh"
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark,
+                        config=Settings(state_vector_rows=10, mirror_rows=1))
+    _land(landing, "a", 0, [(k, k) for k in range(40)])
+    assert pipeline.run().rejected is None
+    path = warehouse / "answers" / "per"
+    assert has_deletion_vectors(DeltaStore().table(path))
+    keyed = {p.name.rsplit("@", 1)[1] for p in (path / mirror.DIRECTORY).rglob("*.arrow")}
+    assert keyed == {"k.arrow"}
+    read_back: list = []
+    real = mirror.write
+    monkeypatch.setattr(mirror, "write", lambda *a: read_back.append(a) or real(*a))
+    _land(landing, "a", 1, [(k, 1) for k in range(0, 40, 5)])
+    report = pipeline.run()
+    assert report.rejected is None
+    assert [v.answer_mode for b in report.applied for v in b.views] == ["change"]
+    assert [a[1] for a in read_back if Path(a[0]) == path] == []
+    answer, _ = read_answer(warehouse, compiled.plans[0])
+    assert sorted(answer.to_pylist(), key=lambda r: r["k"]) == [
+        {"k": k, "s": k + (1 if k % 5 == 0 else 0)} for k in range(40)]
