@@ -285,7 +285,8 @@ def _combine_steps(plan: IncrementalPlan, stage: StagePlan,
         out.append(_section(title(f"old / new / changed / live rows of {name}"), "\n".join([
             "-- old:", render_old_rows(table, f"state.{name}", "touched"),
             "-- new = old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻) (⊗ as ⊗̂ of h(Δ⁺) plus the old rows it misses):", new,
-            "-- changed (what ⊗= writes):", render_changed_rows(table, f"new.{name}", "h(Δ⁺)", "h(Δ⁻)"),
+            "-- changed (what ⊗= writes):", render_changed_rows(table, f"new.{name}", "h(Δ⁺)", "h(Δ⁻)",
+                                                       own_keys=table is main),
             "-- live:", render_live_rows(table, f"new.{name}")])))
         out.append(_section(title(f"⊗=  (replace the touched rows of {name})"),
                             render_merge(replaces[name], table).replace("h(ΔS)", "changed", 1)))

@@ -228,9 +228,17 @@ def render_old_rows(table: StateTable, state: str, touched: str) -> str:
             f"FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on} GROUP BY {theta}")
 
 
-def render_changed_rows(table: StateTable, new: str, plus: str, minus: str) -> str:
-    """The rows of ``new`` (old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)) whose key the change touched: what ⊗= writes."""
+def render_changed_rows(table: StateTable, new: str, plus: str, minus: str,
+                        own_keys: bool = False) -> str:
+    """The rows of ``new`` (old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)) whose key the change touched: what ⊗= writes.
+
+    ``own_keys``: the old rows were read for the θ of this table's own h(Δ⁺) and h(Δ⁻)
+    (not another table's).  When θ is the whole key (no bag value, no window row), every
+    row of ``new`` is then of a touched key, and ``new`` is the answer as it is.
+    """
     keys = table.key_columns
+    if own_keys and keys == tuple(k.name for k in table.keys):
+        return f"SELECT * FROM {new}"
     listed = ", ".join([q(BUCKET)] + [q(k) for k in keys])
     return (f"SELECT n.* FROM {new} AS n LEFT SEMI JOIN (SELECT DISTINCT {listed} FROM "
             f"(SELECT * FROM {plus} UNION ALL SELECT * FROM {minus})) AS k ON "

@@ -371,8 +371,8 @@ class Fold:
             diminish = diminishes.get(table.name)
             new = self._view(f"new_{table.name}", render_combined(
                 table, diffusions[table.name], diminish, old, hp, hn if diminish else None), cache=True)
-            changed[table.name] = self._view(f"changed_{table.name}",
-                                             render_changed_rows(table, new, hp, hn))
+            changed[table.name] = self._view(f"changed_{table.name}", render_changed_rows(
+                table, new, hp, hn, own_keys=table is main))
             old_views[table.name] = old
             new_views[table.name] = self._view(f"live_{table.name}", render_live_rows(table, new))
         self.metrics.h_s += time.perf_counter() - t0
@@ -431,7 +431,8 @@ class Fold:
         diffuse = next(s for s in stage.diffuse if s.table == table.name)
         new = self._view(f"new_{table.name}", render_combined(table, diffuse, None, old, h, None),
                          cache=True)
-        changed = self._view(f"changed_{table.name}", render_changed_rows(table, new, h, h))
+        changed = self._view(f"changed_{table.name}",
+                             render_changed_rows(table, new, h, h, own_keys=True))
         rows = self._collect(render_all(changed), table.name)
         live = self._live(table, rows)
         t1 = time.perf_counter()
