@@ -18,6 +18,7 @@ the environment.
 |                         |           | (when it is MERGEd without deletion vectors)                      |
 | INCR_ANSWER_DELETION_VECTORS | 1    | 0: a per-group answer's MERGE rewrites every file it touches      |
 | INCR_STATE_DELETION_VECTORS | 1     | 0: a state MERGE rewrites every file it touches (copy on write)   |
+|                         |           | (not a side table's that has vectors: see ViewState.vectors)      |
 | INCR_STATE_VECTOR_ROWS  | 1000000   | ... which it does anyway for a state table of at most this many rows |
 | INCR_MIRROR_ROWS        | 65536     | a file of a table with vectors this large is searched by key in a |
 |                         |           | sorted, memory-mapped copy kept beside it (0: none)               |

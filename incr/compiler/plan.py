@@ -357,12 +357,12 @@ class StagePlan:
         None when no such bound exists: it is an anti input (its side also answers "no
         match"), or a branch reaches it only through an unchanged input.
         """
+        if self.anti(alias):
+            return None
         moved = set(changed)
         found: list[SideMatch] = []
         for branch in self.branches:
             join = branch.join
-            if any(a.input.alias == alias for a in join.anti):  # (see anti)
-                return None
             inputs = {i.alias: i for i in join.inputs}
             here = [a for a in inputs if a in moved and a != alias] + [
                 a.input.alias for a in join.anti if a.input.alias in moved]

@@ -25,7 +25,9 @@ Per stage and batch:
 
 3. The side tables of the changed inputs are updated with a signed MERGE (⊗±); a large one
    (:meth:`~incr.runtime.state.ViewState.vectors`) by deletion vectors instead, its touched
-   rows' new counts computed as ``old ⊗̂ h(Δ)`` (:meth:`Fold._signed_by_vectors`).
+   rows' new counts computed as ``old ⊗̂ h(Δ)`` (:meth:`Fold._signed_by_vectors`), or, for
+   inserts into one Δ reads only as counts, h(Δ) appended beside them
+   (:meth:`Fold._append_side`).
 
 Every query comes from the compiler (:mod:`incr.compiler.sqlgen`, printed by
 ``incr explain``); this module only names intermediate results and sequences the steps.
