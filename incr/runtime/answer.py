@@ -151,12 +151,7 @@ class AnswerTable:
                 and settings.answer_deletion_vectors) or not self.store.mirror_rows \
                 or rows < self.store.mirror_rows:
             return
-        schema = self.store.schema(self.path)
-        key = next((c for c in self.plan.publish.columns
-                    if c in schema.names and pa.types.is_integer(schema.field(c).type)), None)
-        if key is not None:
-            self.store.enable_deletion_vectors(self.path)
-            self.store.mirror_files(self.path, key)
+        self.store.ready_for_vectors(self.path, self.plan.publish.columns)
 
     def _write_from_spark(self, batch: int) -> int:
         """a(state) written by Spark's executors, as :meth:`_write` writes it."""

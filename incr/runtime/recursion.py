@@ -477,15 +477,10 @@ class RecursiveRuntime(WrappedRuntime):
         :meth:`_read_r`), so the first batch after a load costs what later ones do and the
         load pays for the mirrors (as :meth:`~incr.runtime.state.ViewState.ready_for_vectors`
         does for a state table)."""
-        path = self.fixpoint_path
-        self.store.enable_deletion_vectors(path)
-        if self.rec.partition is None:
-            return
-        keys = [self.rec.partition, *(r_column for t in self.rec.sources
-                                      for _, r_column in reach_keys(self.rec, t) or ())]
-        for key in dict.fromkeys(keys):
-            if pa.types.is_integer(self._r_schema.field(key).type):
-                self.store.mirror_files(path, key)
+        keys = [] if self.rec.partition is None else [
+            self.rec.partition, *(r_column for t in self.rec.sources
+                                  for _, r_column in reach_keys(self.rec, t) or ())]
+        self.store.ready_for_vectors(self.fixpoint_path, keys, every=True)
 
 
 def _net(change: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -224,12 +224,7 @@ class ViewState:
         if not self.store.exists(path) or has_deletion_vectors(self.store.table(path)) \
                 or not self.vectors(table):
             return
-        self.store.enable_deletion_vectors(path)
-        schema = self.store.schema(path)
-        key = next((c for c in table.sort_columns
-                    if c in schema.names and pa.types.is_integer(schema.field(c).type)), None)
-        if key is not None:
-            self.store.mirror_files(path, key)
+        self.store.ready_for_vectors(path, table.sort_columns)
 
     def replace_by_vectors(self, table: StateTable, changed: pa.Table, live: pa.Table,
                            batch: int) -> int:

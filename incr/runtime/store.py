@@ -591,6 +591,19 @@ class DeltaStore:
         except (DeltaError, OSError) as e:
             raise _failed(f"enabling deletion vectors on the Delta table at {path}", path, e) from e
 
+    def ready_for_vectors(self, path: str | Path, keys: Iterable[str], every: bool = False) -> None:
+        """Readies a table the next batches change by deletion vectors, while it is being
+        written anyway (a load, a rewrite): the feature enabled, and its large files
+        mirrored by the first of ``keys`` that is an integer column (by each of them,
+        ``every``), so the first batch after it searches by key at once instead of
+        writing the mirrors itself."""
+        self.enable_deletion_vectors(path)
+        schema = self.schema(path)
+        integers = [k for k in dict.fromkeys(keys)
+                    if k in schema.names and pa.types.is_integer(schema.field(k).type)]
+        for key in integers if every else integers[:1]:
+            self.mirror_files(path, key)
+
     def mirror_files(self, path: str | Path, key: str) -> int:
         """Writes the key mirror by ``key`` (an integer column) of every current file of
         ``mirror_rows`` to ``mirror_max_rows`` rows that has none
