@@ -22,6 +22,9 @@ the environment.
 | INCR_STATE_VECTOR_ROWS  | 1000000   | ... which it does anyway for a state table of at most this many rows |
 | INCR_MIRROR_ROWS        | 65536     | a file of a table with vectors this large is searched by key in a |
 |                         |           | sorted, memory-mapped copy kept beside it (0: none)               |
+| INCR_DRIVER_THREADS     | 0         | threads the driver spreads a search or write of many files over, |
+|                         |           | and runs a batch's row index on beside the fold (0: the cores,   |
+|                         |           | at most 4; 1: none)                                               |
 | INCR_SLICE_BYTES        | 0         | a Parquet insert file larger than this (uncompressed) applies in  |
 |                         |           | slices of row groups, a batch each (0: a quarter of Spark's memory) |
 | INCR_SPARK_MASTER       | local[2]  | Spark master URL                                                  |
@@ -99,6 +102,7 @@ class Settings:
                                          metadata={"env": "INCR_STATE_DELETION_VECTORS"})
     state_vector_rows: int = field(default=1_000_000, metadata={"env": "INCR_STATE_VECTOR_ROWS"})
     mirror_rows: int = field(default=65_536, metadata={"env": "INCR_MIRROR_ROWS"})
+    driver_threads: int = field(default=0, metadata={"env": "INCR_DRIVER_THREADS"})
     slice_bytes: int = field(default=0, metadata={"env": "INCR_SLICE_BYTES"})
     spark_master: str = field(default="local[2]", metadata={"env": "INCR_SPARK_MASTER"})
     spark_conf: str = field(default="", metadata={"env": "INCR_SPARK_CONF"})

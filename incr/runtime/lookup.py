@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from incr.runtime import mirror, sparkhash
+from incr.runtime import mirror, parallel, sparkhash
 
 
 @dataclass(frozen=True)
@@ -84,13 +84,20 @@ class Wanted:
         values = values.cast(_hashable(values.type)).cast(_hashable(type_))
         present = pc.drop_null(values)
         self.has_null = len(present) < len(values)
-        self.values = pc.unique(comparable(present))
+        self.ordered: np.ndarray | None = None
+        if pa.types.is_integer(type_) and pa.types.is_integer(present.type):
+            # sorted, then each value unlike the one before it: distinct without a hash table
+            ordered = np.sort(present.to_numpy(zero_copy_only=False))
+            if len(ordered) > 1:
+                ordered = ordered[np.concatenate([[True], ordered[1:] != ordered[:-1]])]
+            self.ordered = ordered
+            self.values = pa.array(ordered, present.type)
+        else:
+            self.values = pc.unique(comparable(present))
         #: How many distinct values were wanted (a part :meth:`by_bucket` made keeps its
         #: whole's): how selective a search by this column is.
         self.distinct = len(self.values)
         self._as: dict[pa.DataType, pa.Array] = {self.values.type: self.values}
-        self.ordered = (np.sort(self.values.to_numpy(zero_copy_only=False))
-                        if pa.types.is_integer(type_) else None)
 
     def mask(self, column: pa.Array | pa.ChunkedArray) -> np.ndarray:
         """Which values of ``column`` are wanted, as a boolean array.
@@ -126,9 +133,9 @@ class Wanted:
         parts = {}
         for b in range(count):
             part = copy.copy(self)
-            part.values = self.values.filter(pa.array(hashed == b))
+            part.ordered = self.ordered[hashed == b]  # still ascending
+            part.values = pa.array(part.ordered, self.values.type)
             part._as = {part.values.type: part.values}
-            part.ordered = np.sort(part.values.to_numpy(zero_copy_only=False))
             parts[str(b)] = part
         return parts
 
@@ -159,6 +166,7 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
          mirror_rows: tuple[int, int] = (0, 0), bucketed_by: tuple[str, int] | None = None) -> Found:
     """The live rows of the files ``adds`` (the table's current ``add`` actions by path)
     whose value of some ``wanted`` column (of every one, with ``every``) is one of its values.
+    The files are searched side by side (:func:`~incr.runtime.parallel.each`).
 
     Args:
         root: the table's directory.
@@ -183,16 +191,17 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
     parts: list[pa.Table] = []
     files: list[np.ndarray] = []
     positions: list[np.ndarray] = []
-    for name in sorted(adds):
+
+    def search(name: str) -> tuple[np.ndarray, pa.Table] | None:
         add = adds[name]
         values = add.get("partitionValues") or {}
         if only is not None and bucket is not None and values.get(bucket) not in only:
-            continue
+            return None
         here = wanted
         if split is not None and values.get(bucket) in split[1]:
             here = [split[1][values[bucket]] if i == split[0] else w for i, w in enumerate(wanted)]
         if not _file_may_hold(add, here, every):
-            continue
+            return None
         kept = mirror.mirror_of(root, name, add, here, every, *mirror_rows)
         if kept is not None:
             index, hit = kept.find(here, every)
@@ -200,21 +209,26 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
             if live is not None and not live.all():
                 index, hit = index[live], hit[live]
             if not len(hit):
-                continue
+                return None
             stored = [f.name for f in out_schema if f.name in kept.rows.column_names
                       and f.name not in values]
-            part = _assemble(kept.rows.select(stored).take(pa.array(index)), len(hit),
-                             out_schema, values)
-        else:
-            file = pq.ParquetFile(root / unquote(name))
-            hit, keys = _matches(file, here, every)
-            if len(hit):
-                live = ~np.isin(hit, deleted(name, add), assume_unique=True)
-                hit = hit[live]
-                keys = keys.filter(pa.array(live)) if keys.num_columns else keys
-            if not len(hit):
-                continue
-            part = _rows_at(file, hit, keys, out_schema, values)
+            return hit, _assemble(kept.rows.select(stored).take(pa.array(index)), len(hit),
+                                  out_schema, values)
+        file = pq.ParquetFile(root / unquote(name))
+        hit, keys = _matches(file, here, every)
+        if len(hit):
+            live = ~np.isin(hit, deleted(name, add), assume_unique=True)
+            hit = hit[live]
+            keys = keys.filter(pa.array(live)) if keys.num_columns else keys
+        if not len(hit):
+            return None
+        return hit, _rows_at(file, hit, keys, out_schema, values)
+
+    ordered = sorted(adds)
+    for name, result in zip(ordered, parallel.each(search, ordered)):
+        if result is None:
+            continue
+        hit, part = result
         names.append(name)
         parts.append(part)
         files.append(np.full(len(hit), len(names) - 1, dtype=np.int32))

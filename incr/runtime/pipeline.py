@@ -30,7 +30,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -524,7 +524,9 @@ class Pipeline:
                         t0 = time.perf_counter()
                         loaded = self._load(batch, progress)
                         try:
-                            self._index(batch, loaded, progress)
+                            finish = self._index(batch, loaded, progress)
+                            if finish is not None:
+                                finish()
                         finally:
                             loaded.release()
                         report.applied.append(BatchReport(batch.seq, batch.path, batch.table,
@@ -841,6 +843,7 @@ class Pipeline:
         loaded: list[tuple[Batch, LoadedBatch]] = []
         reports: list[BatchReport] = []
         rejected: tuple[InputError, Batch] | None = None
+        indexing: list[tuple[BatchReport, Callable[[], None]]] = []
         limit = self.engines.settings.local_rows
         try:
             for batch in group:
@@ -869,22 +872,35 @@ class Pipeline:
                 if not index and not progress.index_done(batch):
                     raise StorageError(f"{batch} is not validated yet; run the prepare step first")
                 try:
-                    self._index(batch, batch_loaded, progress)
+                    finish = self._index(batch, batch_loaded, progress)
                 except InputError as e:
                     loaded.pop()[1].release()
                     reports.pop()
                     rejected = (e, batch)
                     break
+                if finish is not None:
+                    indexing.append((report, finish))
                 report.index_s = time.perf_counter() - t2
                 report.total_s += report.index_s
             by_seq = {r.seq: r for r in reports}
             folded, refused = self._fold_steps(loaded, progress, chosen, publish_at)
+            while indexing:  # the inserts' index, recorded beside the fold
+                report, finish = indexing.pop(0)
+                t2 = time.perf_counter()
+                finish()
+                report.index_s += time.perf_counter() - t2
+                report.total_s += time.perf_counter() - t2
             for metrics in folded:
                 by_seq[metrics.batch].views.append(metrics)
             if refused is not None:  # a view cannot take a step: it and what follows wait
                 rejected = refused
                 reports = [r for r in reports if r.seq < refused[1].seq]
         finally:
+            for _, finish in indexing:  # a failed fold: the index's writes end before the rows go
+                try:
+                    finish()
+                except StorageError as e:  # the failure being raised says more
+                    log.warning("recording the row index beside a failed fold failed too: %s", e)
             for _, batch_loaded in loaded:
                 batch_loaded.release()
         if reports:  # the last batch's time includes the fold of the step
@@ -936,17 +952,30 @@ class Pipeline:
             return [batch]
         return [b for b in self.ledger.batches() if b.path == batch.path]
 
-    def _index(self, batch: Batch, loaded: LoadedBatch, progress: _Progress) -> None:
+    def _index(self, batch: Batch, loaded: LoadedBatch,
+               progress: _Progress) -> Callable[[], None] | None:
+        """Records ``batch`` in its table's row index (a delete batch is checked first, and
+        refused by an InputError).  An insert batch's record may still be running when this
+        returns (:meth:`RowIndex.start_inserts`): then the call that waits for it and marks
+        it done is returned, for once the views have folded the batch."""
         index = self.indexes.get(batch.table)
         if index is None or progress.index_done(batch):
-            return
+            return None
+
+        def recorded() -> None:
+            progress.indexes[batch.table] = batch.seq
+            faults.crash_point("index.after_commit", batch.seq)
         if batch.kind == INSERT:
-            index.record_inserts(self.engines, lambda: loaded.df, batch.seq, loaded.arrow)
-        else:
-            index.record_deletes(self.engines, lambda: loaded.df, batch.seq,
-                                 self._shown(batch, batch.source(self.landing)), loaded.arrow)
-        progress.indexes[batch.table] = batch.seq
-        faults.crash_point("index.after_commit", batch.seq)
+            started = index.start_inserts(self.engines, lambda: loaded.df, batch.seq, loaded.arrow)
+
+            def finish() -> None:
+                started()
+                recorded()
+            return finish
+        index.record_deletes(self.engines, lambda: loaded.df, batch.seq,
+                             self._shown(batch, batch.source(self.landing)), loaded.arrow)
+        recorded()
+        return None
 
     def _fold_steps(self, loaded: list[tuple[Batch, LoadedBatch]], progress: _Progress,
                     chosen: set[str] | None, publish_at: dict[str, int],

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from incr.compiler.program import TableDecl
 from incr.config import ROW_INDEX_COMPACT_FILES, SHOW_BAD_ROWS
 from incr.errors import InputError, Location
-from incr.runtime import sparkhash
+from incr.runtime import parallel, sparkhash
 from incr.runtime.engine import DRIVER, SPARK, NotLocal, per_engine
 from incr.runtime.ingest import ROW
 from incr.runtime.session import read_delta, write_delta
@@ -107,14 +107,47 @@ class RowIndex:
         """Adds the batch's rows to the live set: on the driver when ``arrow`` has them and
         :meth:`Engines.choose` agrees, else in Spark over ``df()`` (the batch's DataFrame is
         only made when Spark needs it)."""
-        hashed = self._driver_fingerprints(engines, "inserts", arrow)
-        if hashed is not None:
-            counts = self._local_inserts(hashed)
-            self._append(counts, batch)
-            rows = counts.num_rows
-        else:
-            rows = self._spark_inserts(engines.spark, df(), batch)
-        return IndexMetrics(rows, self._maybe_compact(engines))
+        return self.start_inserts(engines, df, batch, arrow, background=False)()
+
+    def start_inserts(self, engines: Engines, df: Callable[[], DataFrame], batch: int,
+                      arrow: pa.Table | None = None, *,
+                      background: bool = True) -> Callable[[], IndexMetrics]:
+        """Starts :meth:`record_inserts`; returns the call that waits for it to be committed
+        and finishes it (the log's compaction, when due).
+
+        With ``background``, the driver-side part (fingerprints, counts, their append) runs
+        on a background thread (:func:`~incr.runtime.parallel.later`) while the caller goes
+        on: nothing a fold does reads the index, and an insert batch is never refused by
+        it, so the views may take the batch meanwhile (a crash in between leaves them ahead
+        of the index, which the next run records, as after a crash between the two).  The
+        Spark path runs at once, on the caller's thread.
+        """
+        subject = f"inserts of {self.table.name}"
+        rows = arrow.num_rows if arrow is not None else None
+        if engines.choose("index", subject, rows=rows) != DRIVER:
+            written = self._spark_inserts(engines.spark, df(), batch)
+            return lambda: IndexMetrics(written, self._maybe_compact(engines))
+        assert arrow is not None
+        appended = (parallel.later(lambda: self._append_local(arrow, batch)) if background
+                    else parallel.done(self._append_local(arrow, batch)))
+
+        def finish() -> IndexMetrics:
+            written = appended.result()
+            if written is None:
+                engines.fell_back("index", subject, "a column type is not reproduced by sparkhash")
+                written = self._spark_inserts(engines.spark, df(), batch)
+            return IndexMetrics(written, self._maybe_compact(engines))
+        return finish
+
+    def _append_local(self, arrow: pa.Table, batch: int) -> int | None:
+        """Fingerprints ``arrow``'s rows on the driver and appends their counts; returns the
+        index rows written, None (nothing written) when a column type is not reproduced."""
+        hashed = self.local_fingerprints(arrow)
+        if hashed is None:
+            return None
+        counts = self._local_inserts(hashed)
+        self._append(counts, batch)
+        return counts.num_rows
 
     @per_engine("row index inserts", DRIVER)
     def _local_inserts(self, hashed: pa.Table) -> pa.Table:

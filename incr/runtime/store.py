@@ -54,7 +54,7 @@ from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
 from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES, settings
 from incr.errors import OutOfRangeError, StorageError
-from incr.runtime import deletion, deltalog, lookup, mirror
+from incr.runtime import deletion, deltalog, lookup, mirror, parallel
 from incr.runtime.types import nullable
 
 log = logging.getLogger("incr.runtime")
@@ -1082,7 +1082,8 @@ def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tupl
                  mirrors: bool = False) -> list[dict[str, Any]]:
     """Writes ``rows`` into the table at ``root`` as one Parquet file per partition (in its
     ``column=value`` directory, without the partition columns, as delta-rs lays them out);
-    returns their ``add`` actions, which no commit names yet.  With ``mirrors``, each file
+    returns their ``add`` actions, which no commit names yet (the files are written side
+    by side: :func:`~incr.runtime.parallel.each`).  With ``mirrors``, each file
     gets the key mirrors the table's files have (:func:`~incr.runtime.mirror.keys_for_new_files`)."""
     if not rows.num_rows:
         return []
@@ -1100,8 +1101,9 @@ def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tupl
                            rows.filter(mask).drop_columns(list(partitions))))
     data_schema = pa.schema([f for f in schema if f.name not in partitions])
     keys = mirror.keys_for_new_files(root, data_schema) if mirrors else []
-    out = []
-    for values, part in groups:
+
+    def write(group: tuple[dict[str, str | None], pa.Table]) -> dict[str, Any]:
+        values, part = group
         folder = "/".join(f"{c}={_HIVE_NULL if v is None else quote(v, safe='')}"
                           for c, v in values.items())
         name = (f"{folder}/" if folder else "") + f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
@@ -1112,10 +1114,11 @@ def _write_files(root: Path, rows: pa.Table, schema: pa.Schema, partitions: tupl
         st = (root / name).stat()
         for key in keys:
             mirror.write_rows(root, name, st.st_size, plain, key)
-        out.append({"add": {"path": name, "partitionValues": values, "size": st.st_size,
-                            "modificationTime": st.st_mtime_ns // 1_000_000, "dataChange": True,
-                            "stats": _footer_stats(pq.read_metadata(root / name), data_schema)}})
-    return out
+        return {"add": {"path": name, "partitionValues": values, "size": st.st_size,
+                        "modificationTime": st.st_mtime_ns // 1_000_000, "dataChange": True,
+                        "stats": _footer_stats(pq.read_metadata(root / name), data_schema)}}
+
+    return parallel.each(write, groups)
 
 
 def commit_batches(path: Path, first: int, last: int) -> Iterator[tuple[int, int]]:

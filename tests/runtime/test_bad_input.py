@@ -32,7 +32,7 @@ from deltalake import DeltaTable
 
 from incr import cli
 from incr.compiler import compile_text
-from incr.errors import InputError
+from incr.errors import InputError, StorageError
 from incr.oracle import diff_answers, oracle_answer
 from incr.runtime.pipeline import Pipeline
 from incr.runtime.report import read_answer
@@ -400,6 +400,33 @@ def test_rejection_mid_sequence_stops_there_and_resumes_after_fix(world):
     assert pipeline.last_rejection() is None
     assert_oracle(warehouse, live(expected + [("e", 3, 3.0), ("a", 4, -2.0)], [("c", None, -1.0)]))
     assert pipeline.run().applied == []  # nothing applied twice
+
+
+def test_an_index_write_failing_beside_the_fold_fails_the_run_and_the_next_run_records_it(
+        world, monkeypatch):
+    """An insert batch's row index is recorded on a background thread while the views fold
+    the batch (:func:`incr.runtime.parallel.later`): a failed write still fails the run, once
+    the fold is done, and the next run records the batch, so deleting its rows is accepted."""
+    from incr.runtime.rowindex import RowIndex
+
+    landing, warehouse, pipeline = world
+    land(landing, "0001_ins.csv", csv_bytes(GOOD))
+
+    def failing(self, counts, batch):
+        raise StorageError("writing the row index failed: no space left on device (test)")
+    with monkeypatch.context() as patched:
+        patched.setattr(RowIndex, "_append", failing)
+        with pytest.raises(StorageError, match="no space left"):
+            pipeline.run()
+    [status] = pipeline.status()
+    assert status.state_batch == 1  # the view folded the batch beside the failed write
+
+    assert pipeline.run().rejected is None  # the index catches up; the view is not folded twice
+    land(landing, "0002_del.csv", csv_bytes([GOOD[0]]), delete=True)
+    report = pipeline.run()
+    assert report.rejected is None, str(report.rejected)
+    assert [b.seq for b in report.applied] == [2]
+    assert_oracle(warehouse, live(BASE + GOOD, [GOOD[0]]))
 
 
 # -- the command line ----------------------------------------------------------------------------
