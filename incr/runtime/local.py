@@ -142,8 +142,32 @@ def _truncating_casts(node: exp.Expr) -> exp.Expr:
     """
     if (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this in _INTEGRAL
             and not isinstance(node.this, (exp.Literal, exp.Null))):
-        node.set("this", exp.Anonymous(this="trunc", expressions=[node.this]))
+        truncated = exp.Anonymous(this="trunc", expressions=[node.this])
+        node.set("this", truncated)
+        return _through_int64_decimal(node, truncated)
     return node
+
+
+#: The largest magnitude a DECIMAL(18, 0) holds: DuckDB keeps it in 64 bits.
+_DECIMAL18 = 10**18 - 1
+
+
+def _through_int64_decimal(cast: exp.Cast | exp.TryCast, value: exp.Expr) -> exp.Expr:
+    """``cast`` (of the integral ``value``) taking DuckDB's fast path where it can.
+
+    DuckDB (1.5) casts a DECIMAL(38, s) to an integer type 15-50 times slower than a
+    DECIMAL(18, 0) (0.4 µs a value: 25 ms for an answer of 64K sums, which incr keeps as
+    DECIMAL(38, 0)).  A value within DECIMAL(18, 0)'s range is cast through it, exactly (it
+    is already truncated, so the cast to DECIMAL(18, 0) drops nothing); any other value, or
+    NULL, takes the cast as written, with its errors (a TRY_CAST stays one on both paths:
+    a value within the range may not fit an INT).  For an operand of another numeric
+    type (BIGINT, a DOUBLE truncated) the detour costs little and gives the same value.
+    """
+    bound = exp.Literal.number(_DECIMAL18)
+    within = exp.Between(this=value.copy(), low=exp.Neg(this=bound.copy()), high=bound)
+    fast = type(cast)(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DECIMAL(18, 0)")),
+                      to=cast.to.copy())
+    return exp.Case(ifs=[exp.If(this=within, true=fast)], default=cast)
 
 
 class LocalSql:

@@ -121,7 +121,13 @@ class Mirror:
 
 def equal_runs(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Where (ascending) the ascending ``values`` equal one of the ascending distinct
-    ``wanted``: two bisections per wanted value, whatever the length of ``values``."""
+    ``wanted``: two bisections per wanted value within ``values``' range (the others are
+    passed over by two bisections in all: a file sorted by the key holds a slice of it),
+    whatever the length of ``values``."""
+    if not len(values):
+        return np.array([], np.int64)
+    wanted = wanted[np.searchsorted(wanted, values[0], side="left"):
+                    np.searchsorted(wanted, values[-1], side="right")]
     low = np.searchsorted(values, wanted, side="left")
     inside = np.flatnonzero(low < len(values))
     reached = inside[values[low[inside]] == wanted[inside]]

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from incr.runtime import lookup, mirror
 from incr.runtime.store import DeltaStore
@@ -219,3 +221,14 @@ def test_a_file_beyond_the_rows_the_driver_may_hold_is_not_mirrored(tmp_path):
     assert sorted(rows.column("v").to_pylist()) == [1.5, 300.0, 749.5]
     assert DeltaStore(mirror_rows=100, mirror_max_rows=500).mirror_files(path, "k") == 3
     assert len(_mirrors(path)) == 3
+
+
+@given(st.lists(st.integers(-20, 20), max_size=40), st.sets(st.integers(-30, 30), max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_equal_runs_finds_every_position_holding_a_wanted_value(values, wanted):
+    """Wanted values outside the sorted values' range (a file sorted by the key holds a slice
+    of it) are passed over, the others found at every position holding them."""
+    ordered = np.array(sorted(values), dtype=np.int64)
+    keys = np.array(sorted(wanted), dtype=np.int64)
+    expected = [i for i, v in enumerate(ordered) if v in wanted]
+    assert mirror.equal_runs(ordered, keys).tolist() == expected
