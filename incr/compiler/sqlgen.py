@@ -213,14 +213,19 @@ def render_touched_keys(table: StateTable, plus: str, minus: str) -> str:
     return f"SELECT DISTINCT {theta} FROM (SELECT * FROM {plus} UNION ALL SELECT * FROM {minus})"
 
 
-def render_old_rows(table: StateTable, state: str, touched: str) -> str:
+def render_old_rows(table: StateTable, state: str, touched: str, exact: bool = False) -> str:
     """Every state row of a touched θ (a bag's unchanged values count for ``a`` too).
 
     A side table's rows of one θ are summed into one: inserts are appended to a large one
     as rows of their own (see ``Fold._append_side``), so its count of a θ may be split
     over several rows until a later change of that θ replaces them by their sum.
+
+    ``exact``: ``state`` already holds only the rows of the touched θ (read by key for
+    them), so a main table's are taken as they are, not semi-joined with ``touched`` again.
     """
     on = merge_condition_sql("t", "k", tuple(k.name for k in table.keys))
+    if table.side_of is None and exact:
+        return f"SELECT * FROM {state}"
     if table.side_of is None:
         return f"SELECT t.* FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on}"
     theta = ", ".join(f"t.{q(c)}" for c in (BUCKET, *table.key_columns))

@@ -368,7 +368,7 @@ class Fold:
                                           render_touched_keys(table, hp, hn), cache=True)
             old = self._view(f"old_{table.name}",
                              render_old_rows(table, self._touched_state(table, touched_keys),
-                                             touched_keys),
+                                             touched_keys, exact=self._read_exactly(table)),
                              cache=True)
             # an all-insert Δ diminishes nothing: no join with its empty h(Δ⁻) (DuckDB
             # joins an empty side all the same; half of this query's time at 64K groups)
@@ -476,6 +476,14 @@ class Fold:
                                  matching=matching, every=True,
                                  bucketed_by=(self.plan.stage_of(table.name).bucketed_by(table)
                                               if touched_as is None else None))
+
+    def _read_exactly(self, table: StateTable) -> bool:
+        """Whether :meth:`_touched_state` (not ``touched_as``) reads the rows of exactly the
+        touched groups: on the driver, for a θ of one column, which the read matches (with
+        several, rows holding one touched group's first value and another's second match
+        too)."""
+        return (self.engine.name == DRIVER and len(table.keys) == 1
+                and table.keys[0].name in table.sort_columns)
 
     def _note_touched(self, stage: StagePlan, table: StateTable, rows: pa.Table) -> None:
         """Keeps the groups of the view's own stage that ``rows`` (about to be merged into
