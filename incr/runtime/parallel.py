@@ -27,9 +27,25 @@ from incr.config import settings
 T = TypeVar("T")
 R = TypeVar("R")
 
-_lock = threading.Lock()
-_pools: dict[str, ThreadPoolExecutor] = {}
+
+class _Pools:
+    """The pools made so far, by name, and the lock that makes each once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.made: dict[str, ThreadPoolExecutor] = {}
+
+    def forget(self) -> None:
+        """In a forked child: the parent's pool threads are not there (and its lock may be
+        held by one of them), so the child makes its own; work handed to the parent's
+        executors would wait for ever."""
+        self.lock = threading.Lock()
+        self.made = {}
+
+
+_pools = _Pools()
 _inside = threading.local()
+os.register_at_fork(after_in_child=_pools.forget)
 
 
 def threads() -> int:
@@ -39,10 +55,10 @@ def threads() -> int:
 
 
 def _pool(name: str, workers: int) -> ThreadPoolExecutor:
-    with _lock:
-        pool = _pools.get(name)
+    with _pools.lock:
+        pool = _pools.made.get(name)
         if pool is None:
-            pool = _pools[name] = ThreadPoolExecutor(workers, thread_name_prefix=f"incr-{name}")
+            pool = _pools.made[name] = ThreadPoolExecutor(workers, thread_name_prefix=f"incr-{name}")
         return pool
 
 

@@ -86,3 +86,29 @@ def test_later_on_one_thread_holds_the_error_in_its_future(monkeypatch):
     future = parallel.later(fail)
     with pytest.raises(RuntimeError, match="the write failed"):
         future.result()
+
+
+def test_a_forked_child_makes_its_own_threads(monkeypatch):
+    """A process forked after the pools started (a task runner forking a worker) has none of
+    their threads: its work must not be handed to them."""
+    import os
+
+    monkeypatch.setenv("INCR_DRIVER_THREADS", "2")
+    # the parent's pool exists now, its threads idle (so it would start no new one)
+    assert parallel.each(lambda i: time.sleep(0.05) or i, [1, 2, 3]) == [1, 2, 3]
+    pid = os.fork()
+    if pid == 0:  # the child: exits 0 only if its work ran, and never returns to pytest
+        ok = False
+        try:
+            ok = (parallel.each(lambda i: i + 1, [1, 2]) == [2, 3]
+                  and parallel.later(lambda: 7).result(10) == 7)
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 30
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:  # its work waits on threads it does not have
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's work never ran")
+    assert os.waitstatus_to_exitcode(done[1]) == 0
