@@ -286,7 +286,7 @@ def _combine_steps(plan: IncrementalPlan, stage: StagePlan,
             "-- old:", render_old_rows(table, f"state.{name}", "touched"),
             *(["-- (on the driver, whose read of the state finds the touched keys' rows only: "
                + render_old_rows(table, f"state.{name}", "touched", exact=True) + ")"]
-              if len(table.keys) == 1 and table.keys[0].name in table.sort_columns else []),
+              if len(table.keys) == 1 else []),
             "-- new = old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻) (⊗ as ⊗̂ of h(Δ⁺) plus the old rows it misses):", new,
             *(["-- (for an all-insert Δ, without h(Δ⁻): old ⊗ h(Δ⁺))"] if name in diminishes else []),
             "-- changed (what ⊗= writes):", render_changed_rows(table, f"new.{name}", "h(Δ⁺)", "h(Δ⁻)",

@@ -482,8 +482,7 @@ class Fold:
         touched groups: on the driver, for a θ of one column, which the read matches (with
         several, rows holding one touched group's first value and another's second match
         too)."""
-        return (self.engine.name == DRIVER and len(table.keys) == 1
-                and table.keys[0].name in table.sort_columns)
+        return self.engine.name == DRIVER and len(table.keys) == 1
 
     def _note_touched(self, stage: StagePlan, table: StateTable, rows: pa.Table) -> None:
         """Keeps the groups of the view's own stage that ``rows`` (about to be merged into
