@@ -105,7 +105,7 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
         if isinstance(node, exp.Pow) and not _exact_power(node):
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
-    tree = tree.transform(_strict_casts).transform(_truncating_casts)
+    tree = _fast_decimal_casts(tree.transform(_strict_casts).transform(_truncating_casts))
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
@@ -142,9 +142,7 @@ def _truncating_casts(node: exp.Expr) -> exp.Expr:
     """
     if (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this in _INTEGRAL
             and not isinstance(node.this, (exp.Literal, exp.Null))):
-        truncated = exp.Anonymous(this="trunc", expressions=[node.this])
-        node.set("this", truncated)
-        return _through_int64_decimal(node, truncated)
+        node.set("this", exp.Anonymous(this="trunc", expressions=[node.this]))
     return node
 
 
@@ -152,19 +150,44 @@ def _truncating_casts(node: exp.Expr) -> exp.Expr:
 _DECIMAL18 = 10**18 - 1
 
 
-def _through_int64_decimal(cast: exp.Cast | exp.TryCast, value: exp.Expr) -> exp.Expr:
-    """``cast`` (of the integral ``value``) taking DuckDB's fast path where it can.
+def _fast_decimal_casts(tree: exp.Expr) -> exp.Expr:
+    """The truncating integer casts (:func:`_truncating_casts`) with no other one inside
+    them in the form :func:`_through_int64_decimal` gives them.  That form names the operand
+    four times, so a cast holding another keeps its own form: rewriting both would repeat
+    the inner one sixteen times (and so on, a query's text growing with 4^depth); a SUM's
+    cast to BIGINT, the case this is for, holds none."""
+    def truncating(node: exp.Expr) -> bool:
+        return (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this in _INTEGRAL
+                and isinstance(node.this, exp.Anonymous) and str(node.this.this).lower() == "trunc")
+    leaves = [node for node in tree.find_all(exp.Cast, exp.TryCast) if truncating(node)
+              and not any(truncating(inner) for inner in node.this.find_all(exp.Cast, exp.TryCast))]
+    for cast in leaves:
+        replacement = _through_int64_decimal(cast.copy())
+        if cast is tree:
+            return replacement
+        cast.replace(replacement)
+    return tree
+
+
+def _through_int64_decimal(cast: exp.Cast | exp.TryCast) -> exp.Expr:
+    """``cast`` (of a truncated value) taking DuckDB's fast path where it can.
 
     DuckDB (1.5) casts a DECIMAL(38, s) to an integer type 15-50 times slower than a
     DECIMAL(18, 0) (0.4 µs a value: 25 ms for an answer of 64K sums, which incr keeps as
-    DECIMAL(38, 0)).  A value within DECIMAL(18, 0)'s range is cast through it, exactly (it
-    is already truncated, so the cast to DECIMAL(18, 0) drops nothing); any other value, or
-    NULL, takes the cast as written, with its errors (a TRY_CAST stays one on both paths:
-    a value within the range may not fit an INT).  For an operand of another numeric
-    type (BIGINT, a DOUBLE truncated) the detour costs little and gives the same value.
+    DECIMAL(38, 0)).  A DECIMAL value within DECIMAL(18, 0)'s range is cast through it,
+    exactly (it is already truncated, so the cast to DECIMAL(18, 0) drops nothing); any
+    other value, or NULL, takes the cast as written, with its errors (a TRY_CAST stays one
+    on both paths: a value within the range may not fit an INT).  Only a DECIMAL: DuckDB's
+    DOUBLE to DECIMAL cast is not exact for large values (2^33 · 2^20 came out 2^22 short),
+    and the type test is DuckDB's ``typeof``, a constant once the query is planned, so an
+    operand of another type costs nothing more.
     """
+    value = cast.this
     bound = exp.Literal.number(_DECIMAL18)
-    within = exp.Between(this=value.copy(), low=exp.Neg(this=bound.copy()), high=bound)
+    decimal = exp.Like(this=exp.Anonymous(this="typeof", expressions=[value.copy()]),
+                       expression=exp.Literal.string("DECIMAL%"))  # folded when planned
+    within = exp.and_(decimal, exp.Between(this=value.copy(), low=exp.Neg(this=bound.copy()),
+                                           high=bound))
     fast = type(cast)(this=exp.Cast(this=value.copy(), to=exp.DataType.build("DECIMAL(18, 0)")),
                       to=cast.to.copy())
     return exp.Case(ifs=[exp.If(this=within, true=fast)], default=cast)
