@@ -264,6 +264,13 @@ def test_decimal38_sums_cast_to_bigint_exactly_at_every_magnitude(spark):
     assert got is not None and got.equals(expected.cast(schema))
     assert got["b"].to_pylist() == edge
     assert got["i"].to_pylist() == [0, 1, -1] + [None] * 7
+    # a DOUBLE keeps the cast as written: DuckDB's DOUBLE to DECIMAL cast rounds large values
+    doubles = pa.table({"f": pa.array([8589932544.0 * 2**20, -(2.0**62) - 2048.5, 1e18 - 128], pa.float64())})
+    spark.createDataFrame(doubles).createOrReplaceTempView("doubles")
+    sql = "SELECT CAST(f AS BIGINT) AS b FROM doubles"
+    got = LocalSql().query(sql, {"doubles": doubles}, pa.schema([("b", pa.int64())]))
+    assert got is not None and got["b"].to_pylist() == spark.sql(sql).toArrow()["b"].to_pylist()
+    assert got["b"].to_pylist()[0] == 8589932544 * 2**20
     past = pa.table({"d": pa.array([2**63], pa.decimal128(38, 0))})
     assert LocalSql().query("SELECT CAST(d AS BIGINT) AS b FROM batch", {"batch": past},
                             pa.schema([("b", pa.int64())])) is None  # refused: Spark says why
