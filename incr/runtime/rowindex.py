@@ -120,34 +120,23 @@ class RowIndex:
         on: nothing a fold does reads the index, and an insert batch is never refused by
         it, so the views may take the batch meanwhile (a crash in between leaves them ahead
         of the index, which the next run records, as after a crash between the two).  The
-        Spark path runs at once, on the caller's thread.
+        Spark path runs on the caller's thread, when it waits.
         """
-        subject = f"inserts of {self.table.name}"
-        rows = arrow.num_rows if arrow is not None else None
-        if engines.choose("index", subject, rows=rows) != DRIVER:
-            written = self._spark_inserts(engines.spark, df(), batch)
-            return lambda: IndexMetrics(written, self._maybe_compact(engines))
-        assert arrow is not None
-        appended = (parallel.later(lambda: self._append_local(arrow, batch)) if background
-                    else parallel.done(self._append_local(arrow, batch)))
+        def on_driver() -> int | None:  # the index rows written; None: Spark's to do
+            hashed = self._driver_fingerprints(engines, "inserts", arrow)
+            if hashed is None:
+                return None
+            counts = self._local_inserts(hashed)
+            self._append(counts, batch)
+            return counts.num_rows
+        appended = parallel.later(on_driver) if background else parallel.done(on_driver())
 
         def finish() -> IndexMetrics:
             written = appended.result()
             if written is None:
-                engines.fell_back("index", subject, "a column type is not reproduced by sparkhash")
                 written = self._spark_inserts(engines.spark, df(), batch)
             return IndexMetrics(written, self._maybe_compact(engines))
         return finish
-
-    def _append_local(self, arrow: pa.Table, batch: int) -> int | None:
-        """Fingerprints ``arrow``'s rows on the driver and appends their counts; returns the
-        index rows written, None (nothing written) when a column type is not reproduced."""
-        hashed = self.local_fingerprints(arrow)
-        if hashed is None:
-            return None
-        counts = self._local_inserts(hashed)
-        self._append(counts, batch)
-        return counts.num_rows
 
     @per_engine("row index inserts", DRIVER)
     def _local_inserts(self, hashed: pa.Table) -> pa.Table:
