@@ -25,6 +25,7 @@ as between two Spark runs with different partitioning).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -38,6 +39,7 @@ from sqlglot import exp
 
 from incr.compiler.dialect import Bucket, Query
 from incr.runtime import sparkhash
+from incr.runtime.diskcache import DiskCache
 from incr.runtime.engine import DRIVER, Engine, NotLocal, as_query, per_engine
 
 if TYPE_CHECKING:
@@ -76,6 +78,31 @@ def prepare(query: Query | str) -> Prepared | None:
     query = as_query(query)
     found = _prepare(query.sql, query.bucket)
     return found if isinstance(found, Prepared) else None
+
+
+@lru_cache(maxsize=1)
+def translator() -> str:
+    """What :func:`_prepare`'s answers depend on besides the query: sqlglot's version and
+    this module's source (its checks and rewrites), as a short digest.  A translation kept
+    on disk (:meth:`LocalSql.keep_translations`) is read only by the same translator."""
+    digest = hashlib.sha256(sqlglot.__version__.encode())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@lru_cache(maxsize=512)
+def _kept(spark_sql: str, bucket: Bucket | None, kept: DiskCache) -> Prepared | str:
+    """:func:`_prepare`'s answer, read from ``kept`` when a process kept it there before
+    (else computed and kept): a new process then translates none of the queries it ran."""
+    parts = (spark_sql, repr(bucket))
+    found = kept.get(parts)
+    if isinstance(found, dict) and isinstance(found.get("sql"), str):
+        return Prepared(found["sql"], bucket)
+    if isinstance(found, dict) and isinstance(found.get("refused"), str):
+        return found["refused"]
+    answer = _prepare(spark_sql, bucket)
+    kept.put(parts, {"refused": answer} if isinstance(answer, str) else {"sql": answer.sql})
+    return answer
 
 
 @per_engine("compiled SQL", DRIVER)
@@ -204,6 +231,19 @@ class LocalSql:
         self._con = duckdb.connect()
         self._con.execute("SET threads TO 2")
         self.queries = 0  # how many ran here (tests and benchmarks read it)
+        self._kept: DiskCache | None = None
+
+    def keep_translations(self, folder: Path) -> None:
+        """Keeps the DuckDB form of each query in ``folder`` (the program's, in the
+        warehouse), for the next process to read instead of translating it again
+        (:mod:`~incr.runtime.diskcache`)."""
+        self._kept = DiskCache(folder, translator())
+
+    def translate(self, spark_sql: str, bucket: Bucket | None) -> Prepared | str:
+        """The query's DuckDB form, or why it has none (:func:`_prepare`), from disk when
+        :meth:`keep_translations` was called and a process kept it."""
+        return _prepare(spark_sql, bucket) if self._kept is None else \
+            _kept(spark_sql, bucket, self._kept)
 
     def query(self, spark_sql: Query | str, tables: dict[str, pa.Table],
               schema: pa.Schema) -> pa.Table | None:
@@ -222,7 +262,7 @@ class LocalSql:
         """The query's rows cast to ``schema`` with its bucket filled in; NotLocal says why not."""
         import duckdb
 
-        prepared = _prepare(query.sql, query.bucket)
+        prepared = self.translate(query.sql, query.bucket)
         if isinstance(prepared, str):
             raise NotLocal(prepared)
         try:
@@ -348,7 +388,7 @@ class DriverEngine(Engine):
         """``CREATE TEMP {kind} name AS`` the query (Spark SQL, written for DuckDB)."""
         import duckdb
 
-        prepared = _prepare(sql, None)
+        prepared = self.sql.translate(sql, None)
         if isinstance(prepared, str):
             raise NotLocal(f"{name}: {prepared}")
         try:

@@ -221,7 +221,7 @@ def write_rows(root: Path, name: str, size: Any, data: pa.Table, key: str) -> bo
     path = path_of(root, name, key)
     try:
         data = data.append_column(ROW, pa.array(np.arange(data.num_rows, dtype=np.int64)))
-        if data.num_rows:
+        if data.num_rows and not _ascending(data.column(key)):
             data = data.take(pc.array_sort_indices(data.column(key), null_placement="at_end"))
         data = data.combine_chunks().replace_schema_metadata({
             _KEY: key.encode(), _SIZE: str(size).encode(),
@@ -239,6 +239,15 @@ def write_rows(root: Path, name: str, size: Any, data: pa.Table, key: str) -> bo
         log.warning("no key mirror of %s (%s); it is read as Parquet", root / name, e)
         return False
     return True
+
+
+def _ascending(column: pa.ChunkedArray) -> bool:
+    """Whether ``column`` (an integer one) holds no NULL and is in ascending order, as a
+    file incr writes sorted is: its mirror is then its rows as they are."""
+    if column.null_count:
+        return False
+    values = column.to_numpy()
+    return len(values) < 2 or bool(np.all(values[1:] >= values[:-1]))
 
 
 def keys_for_new_files(root: Path, schema: pa.Schema) -> list[str]:

@@ -185,6 +185,8 @@ class Pipeline:
                                          self.engines.settings.local_state_rows)
         self.planned = compiled  # as compiled; self.compiled is as it runs here (settle)
         self.meta = self.warehouse / "_incr" / compiled.name
+        if self.engines.local is not None:
+            self.engines.local.keep_translations(self.meta / "sql")
         self._views: dict[str, ViewRuntime] | None = None
         self._settle()
         self.ledger = Ledger(self.store, self.meta / "ledger")

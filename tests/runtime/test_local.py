@@ -124,6 +124,8 @@ def test_a_join_folds_on_the_driver_inserts_and_deletes(spark, tmp_path, vectors
     # values (the state is read where it meets them), h(Δ⁺) and h(Δ⁻), the changed and the
     # live rows of ⊗= instead of h alone.
     assert counts == [3] + [4] * 5 if not vectors else [3, 4] + [8] * 4, counts
+    # the next task's process reads their DuckDB forms instead of translating them again
+    assert len(list((warehouse / "_incr" / "j" / "sql").glob("*/*.json"))) >= 4
 
 
 ANTI_PROGRAM = """-- incr: buckets = 4
@@ -278,3 +280,39 @@ def test_decimal38_sums_cast_to_bigint_exactly_at_every_magnitude(spark):
     assert prepare("SELECT power(2, CAST(n AS INT)) AS p FROM batch") is not None
     assert prepare("SELECT power(2, n) AS p FROM batch") is None
     assert prepare("SELECT power(x, 2) AS p FROM batch") is None
+
+
+
+def test_a_new_process_reads_the_translations_an_earlier_one_kept(tmp_path, monkeypatch):
+    """With translations kept (a pipeline keeps them in the warehouse), a fresh engine (a new
+    task's process) runs a query and learns a refusal without sqlglot; a changed translator
+    (sqlglot, or incr's rewrites) translates again."""
+    from incr.runtime import local
+
+    batch = pa.table({"x": pa.array([1, 1, 2], pa.int64()), "name": pa.array(["a", "b", "c"])})
+    counted = "SELECT x, CAST(COUNT(*) AS INT) AS n FROM batch GROUP BY x ORDER BY x"
+    texty = "SELECT upper(name) AS x, 1 AS n FROM batch"
+    schema = pa.schema([("x", pa.int64()), ("n", pa.int64())])
+    expected = pa.table({"x": [1, 2], "n": [2, 1]}, schema=schema)
+    folder = tmp_path / "sql"
+
+    def fresh() -> LocalSql:
+        engine = LocalSql()
+        engine.keep_translations(folder)
+        return engine
+
+    first = fresh()
+    assert first.query(counted, {"batch": batch}, schema).equals(expected)
+    assert first.query(texty, {"batch": batch}, schema) is None
+    assert len(list(folder.glob("*/*.json"))) == 2
+
+    def no_sqlglot(*args):
+        raise AssertionError("translated again")
+    monkeypatch.setattr(local, "_prepare", no_sqlglot)
+    again = fresh()
+    assert again.query(counted, {"batch": batch}, schema).equals(expected)
+    assert again.query(texty, {"batch": batch}, schema) is None  # refused, from disk
+
+    monkeypatch.setattr(local, "translator", lambda: "another")
+    with pytest.raises(AssertionError, match="translated again"):
+        fresh().query(counted, {"batch": batch}, schema)
