@@ -171,8 +171,8 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
     Args:
         root: the table's directory.
         schema: the table's schema (partition columns included).
-        deleted: the positions a file's deletion vector deletes, from its ``add``: those
-            rows are left out.
+        deleted: the positions (ascending) a file's deletion vector deletes, from its
+            ``add``: those rows are left out.
         buckets: only files of these values of the partition column ``bucket``.
         columns: the columns of the rows returned (default: all of ``schema``).
         mirror_rows: (least, most): files of at least ``least`` and at most ``most`` rows
@@ -205,7 +205,7 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
         kept = mirror.mirror_of(root, name, add, here, every, *mirror_rows)
         if kept is not None:
             index, hit = kept.find(here, every)
-            live = ~np.isin(hit, deleted(name, add), assume_unique=True) if len(hit) else None
+            live = _live(hit, deleted(name, add)) if len(hit) else None
             if live is not None and not live.all():
                 index, hit = index[live], hit[live]
             if not len(hit):
@@ -217,7 +217,7 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
         file = pq.ParquetFile(root / unquote(name))
         hit, keys = _matches(file, here, every)
         if len(hit):
-            live = ~np.isin(hit, deleted(name, add), assume_unique=True)
+            live = _live(hit, deleted(name, add))
             hit = hit[live]
             keys = keys.filter(pa.array(live)) if keys.num_columns else keys
         if not len(hit):
@@ -237,6 +237,16 @@ def find(root: Path, adds: Mapping[str, Mapping[str, Any]], schema: pa.Schema,
                  np.concatenate(files) if files else np.array([], np.int32),
                  np.concatenate(positions) if positions else np.array([], np.int64),
                  pa.concat_tables(parts) if parts else out_schema.empty_table())
+
+
+def _live(hit: np.ndarray, deleted: np.ndarray) -> np.ndarray:
+    """Which of the positions ``hit`` the ascending ``deleted`` leaves, as a boolean array:
+    a bisection per hit (a large file's vector holds far more positions than a batch finds
+    in it, and a set test would sort them all on every search)."""
+    if not len(deleted):
+        return np.ones(len(hit), dtype=bool)
+    at = np.minimum(np.searchsorted(deleted, hit), len(deleted) - 1)
+    return deleted[at] != hit
 
 
 def _split_by_bucket(wanted: list[Wanted], bucketed_by: tuple[str, int] | None
@@ -355,6 +365,13 @@ def _rows_at(file: pq.ParquetFile, hit: np.ndarray, keys: pa.Table, schema: pa.S
     return _assemble(data, len(hit), schema, partition_values)
 
 
+def partition_column(value: str | None, type_: pa.DataType, rows: int) -> pa.Array:
+    """A partition column of ``rows`` rows, from its value as the log spells it."""
+    if value is None:
+        return pa.nulls(rows, type_)
+    return pa.repeat(pa.scalar(value, pa.string()).cast(type_), rows)
+
+
 def _read_starts(starts: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """Where each of the row groups ``groups`` (ascending) starts among them read together."""
     return np.concatenate([[0], np.cumsum(starts[groups + 1] - starts[groups])]).astype(np.int64)
@@ -367,9 +384,7 @@ def _assemble(data: pa.Table, rows: int, schema: pa.Schema,
     columns = []
     for f in schema:
         if f.name in partition_values:
-            value = partition_values[f.name]
-            columns.append(pa.array([value] * rows, pa.string()).cast(f.type)
-                           if value is not None else pa.nulls(rows, f.type))
+            columns.append(partition_column(partition_values[f.name], f.type, rows))
         elif f.name in data.column_names:
             columns.append(data.column(f.name).cast(f.type))
         else:

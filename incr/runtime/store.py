@@ -790,8 +790,8 @@ class DeltaStore:
                     data = data.filter(pa.array(keep))
                 for column, value in add.get("partitionValues", {}).items():
                     field = schema.field(column)
-                    data = data.append_column(field, pa.array([value] * data.num_rows, pa.string())
-                                              .cast(field.type))
+                    data = data.append_column(field, lookup.partition_column(
+                        value, field.type, data.num_rows))
                 parts.append(data.select(schema.names).cast(schema))
                 removed.append(_remove(name, add, now, data_change=False))
             rows = pa.concat_tables(parts)
