@@ -41,6 +41,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -192,8 +193,8 @@ def _spark_with_nulls(df: DataFrame, table: TableDecl) -> DataFrame:
 def _numbered(data: pa.Table, before: int = 0) -> pa.Table:
     """The rows with ``_row``, the 1-based data row, after ``before`` rows of the file (the
     declared Arrow types are the parse's)."""
-    return data.append_column(ROW, pa.array(range(before + 1, before + data.num_rows + 1),
-                                            pa.int64()))
+    return data.append_column(ROW, pa.array(np.arange(before + 1, before + data.num_rows + 1,
+                                                      dtype=np.int64)))
 
 
 @per_engine("batch rows, types and _row", SPARK)
