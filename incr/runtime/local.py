@@ -81,12 +81,16 @@ def prepare(query: Query | str) -> Prepared | None:
 
 
 @lru_cache(maxsize=1)
-def translator() -> str:
+def translator() -> str | None:
     """What :func:`_prepare`'s answers depend on besides the query: sqlglot's version and
-    this module's source (its checks and rewrites), as a short digest.  A translation kept
-    on disk (:meth:`LocalSql.keep_translations`) is read only by the same translator."""
+    this module's source (its checks and rewrites), as a short digest; None when the source
+    cannot be read (then nothing is kept).  A translation kept on disk
+    (:meth:`LocalSql.keep_translations`) is read only by the same translator."""
     digest = hashlib.sha256(sqlglot.__version__.encode())
-    digest.update(Path(__file__).read_bytes())
+    try:
+        digest.update(Path(__file__).read_bytes())
+    except OSError:
+        return None
     return digest.hexdigest()[:16]
 
 
@@ -237,7 +241,8 @@ class LocalSql:
         """Keeps the DuckDB form of each query in ``folder`` (the program's, in the
         warehouse), for the next process to read instead of translating it again
         (:mod:`~incr.runtime.diskcache`)."""
-        self._kept = DiskCache(folder, translator())
+        generation = translator()
+        self._kept = DiskCache(folder, generation) if generation is not None else None
 
     def translate(self, spark_sql: str, bucket: Bucket | None) -> Prepared | str:
         """The query's DuckDB form, or why it has none (:func:`_prepare`), from disk when

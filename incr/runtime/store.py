@@ -1026,8 +1026,9 @@ class Merge:
 
 
 class _VectorReader:
-    """The rows a file's deletion vector deletes, from its ``add`` action: decoded here when
-    inline (incr's), else as delta-rs reads the table (another writer's, in a file)."""
+    """The rows a file's deletion vector deletes (ascending positions), from its ``add``
+    action: decoded here when inline (incr's), else as delta-rs reads the table (another
+    writer's, in a file)."""
 
     def __init__(self, dt: DeltaTable, root: Path):
         self._dt, self._root = dt, root.resolve()  # delta-rs names files by absolute path
