@@ -282,7 +282,6 @@ def test_decimal38_sums_cast_to_bigint_exactly_at_every_magnitude(spark):
     assert prepare("SELECT power(x, 2) AS p FROM batch") is None
 
 
-
 def test_a_new_process_reads_the_translations_an_earlier_one_kept(tmp_path, monkeypatch):
     """With translations kept (a pipeline keeps them in the warehouse), a fresh engine (a new
     task's process) runs a query and learns a refusal without sqlglot; a changed translator
