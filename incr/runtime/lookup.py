@@ -108,7 +108,7 @@ class Wanted:
         if self.ordered is not None and column.null_count == 0:
             values = column.to_numpy() if isinstance(column, pa.Array) else \
                 column.combine_chunks().to_numpy()
-            if len(values) < 2 or bool(np.all(values[1:] >= values[:-1])):
+            if mirror.ascending(values):
                 return _runs(values, self.ordered)
         column = column.cast(_hashable(column.type))
         if column.type not in self._as:  # a file's own type (large_string, say)

@@ -221,7 +221,8 @@ def write_rows(root: Path, name: str, size: Any, data: pa.Table, key: str) -> bo
     path = path_of(root, name, key)
     try:
         data = data.append_column(ROW, pa.array(np.arange(data.num_rows, dtype=np.int64)))
-        if data.num_rows and not _ascending(data.column(key)):
+        column = data.column(key)
+        if data.num_rows and (column.null_count or not ascending(column.to_numpy())):
             data = data.take(pc.array_sort_indices(data.column(key), null_placement="at_end"))
         data = data.combine_chunks().replace_schema_metadata({
             _KEY: key.encode(), _SIZE: str(size).encode(),
@@ -241,12 +242,9 @@ def write_rows(root: Path, name: str, size: Any, data: pa.Table, key: str) -> bo
     return True
 
 
-def _ascending(column: pa.ChunkedArray) -> bool:
-    """Whether ``column`` (an integer one) holds no NULL and is in ascending order, as a
-    file incr writes sorted is: its mirror is then its rows as they are."""
-    if column.null_count:
-        return False
-    values = column.to_numpy()
+def ascending(values: np.ndarray) -> bool:
+    """Whether ``values`` are in ascending order: a file incr wrote sorted (a compaction's),
+    whose mirror is then its rows as they are, and whose key column a search bisects."""
     return len(values) < 2 or bool(np.all(values[1:] >= values[:-1]))
 
 
