@@ -99,20 +99,17 @@ class AnswerTable:
         """
         if published is None:
             published = self.through() >= 0
-        return self._on_engine(0, self._blocker(published), lambda name: self._run(
-            name, self.store.schema(self.path) if name == DRIVER else None))
+        return self._on_engine(0, lambda name: self._run(name, published))
 
-    @staticmethod
-    def _blocker(published: bool) -> str | None:
-        """Why a(state) cannot be computed on the driver (None: it may)."""
-        return None if published else "its first publish takes its types from Spark"
+    def _on_engine(self, rows: int, step: Callable[[str], T]) -> T:
+        return self.engines.run("answer", f"view {self.plan.view}", step, rows=rows)
 
-    def _on_engine(self, rows: int, blocker: str | None, step: Callable[[str], T]) -> T:
-        return self.engines.run("answer", f"view {self.plan.view}", step, rows=rows,
-                                blocker=blocker)
-
-    def _run(self, name: str, schema: pa.Schema | None) -> pa.Table:
-        engine = self.engines.engine(name, self.store)
+    def _run(self, name: str, published: bool) -> pa.Table:
+        """a(state) on engine ``name``.  On the driver, an answer that has published takes
+        its table's types; a first one, the types Spark gives it
+        (:class:`~incr.runtime.local.TypedDriverEngine`)."""
+        schema = self.store.schema(self.path) if name == DRIVER and published else None
+        engine = self.engines.engine(name, self.store, typed=not published)
         try:
             return engine.collect(self.plan.answer_sql(self._state_views(engine)), schema)
         finally:
@@ -134,9 +131,9 @@ class AnswerTable:
         """
         def step(name: str) -> int:
             if name == DRIVER:
-                return self._write(self._run(DRIVER, self.store.schema(self.path)), batch)
+                return self._write(self._run(DRIVER, published), batch)
             return self._write_from_spark(batch)
-        rows = self._on_engine(0, self._blocker(published), step)
+        rows = self._on_engine(0, step)
         self._ready_for_vectors(rows)
         return rows
 
@@ -269,7 +266,7 @@ class AnswerTable:
         from the touched buckets of the state only (-1: nothing kept applies)."""
         schema = self.store.schema(self.path).append(pa.field(GONE, pa.bool_()))
         buckets = pc.unique(touched.column(BUCKET)).to_pylist()
-        return self._on_engine(touched.num_rows, None, lambda name: self._run_change(
+        return self._on_engine(touched.num_rows, lambda name: self._run_change(
             name, touched, buckets, schema, batch))
 
     def compute_top(self, touched: pa.Table) -> pa.Table | None:
@@ -283,7 +280,7 @@ class AnswerTable:
             return None
         schema = self.store.schema(self.path)
         buckets = pc.unique(groups.column(BUCKET)).to_pylist()
-        exact, rows = self._on_engine(groups.num_rows, None, lambda name: self._run_top(
+        exact, rows = self._on_engine(groups.num_rows, lambda name: self._run_top(
             name, groups, buckets, old, schema))
         if not exact:
             log.info("answer %s: a touched row fell out of the top %d; recomputed whole",

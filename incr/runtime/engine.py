@@ -99,6 +99,11 @@ class Engine(abc.ABC):
         fastest, for a large table read by many queries (Spark: a cached view)."""
         return self.view(name, sql, cache=True)
 
+    def schema_of(self, name: str) -> pa.Schema:
+        """The types Spark gives the rows registered as ``name``, every field nullable
+        (the types a table created from them gets)."""
+        raise NotLocal(f"{name}: the {self.name} engine does not know Spark's types")
+
     @abc.abstractmethod
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         """The rows of ``sql`` on the driver; ``schema`` is the table they are written to.
@@ -146,14 +151,18 @@ class Engines:
             self._spark = spark_session(self.settings.spark_master)
         return self._spark
 
-    def engine(self, name: str, store: DeltaStore) -> Engine:
+    def engine(self, name: str, store: DeltaStore, typed: bool = False) -> Engine:
         """A session of engine ``name`` (:data:`SPARK`, or :data:`DRIVER` once :meth:`choose`
-        said so) reading Delta tables through ``store``; close it when done."""
+        said so) reading Delta tables through ``store``; close it when done.
+
+        ``typed``: the driver also works out the Spark types of what it computes
+        (:meth:`Engine.schema_of`, and results with no table to take types from), for
+        creating tables; Spark always knows them."""
         if name == DRIVER:
-            from incr.runtime.local import DriverEngine
+            from incr.runtime.local import DriverEngine, TypedDriverEngine
 
             assert self.local is not None, "the driver-side engine is off"
-            return DriverEngine(self.local, store)
+            return (TypedDriverEngine if typed else DriverEngine)(self.local, store)
         from incr.runtime.session import SparkEngine
 
         return SparkEngine(self, store)
@@ -221,6 +230,7 @@ CROSS_ENGINE_TESTS: dict[str, str] = {
     "NOT NULL check": "tests/runtime/test_engines.py::test_not_null_is_refused_alike_on_both_engines",
     "state bucket": "tests/runtime/test_sparkhash.py::test_every_type_alone_and_chained",
     "compiled SQL": "tests/runtime/test_local.py::test_query_equals_spark_h_buckets_and_types_included",
+    "result types": "tests/runtime/test_sparktypes.py::test_new_tables_have_the_types_spark_gives_them",
     "⊗/⊗̃ as MERGE and as a query": "tests/runtime/test_engines.py::test_merge_and_combined_query_agree",
 }
 #: rule -> engine -> qualified names of the functions implementing it (filled by per_engine).

@@ -41,6 +41,7 @@ from incr.compiler.dialect import Bucket, Query
 from incr.runtime import sparkhash
 from incr.runtime.diskcache import DiskCache
 from incr.runtime.engine import DRIVER, Engine, NotLocal, as_query, per_engine
+from incr.runtime.sparktypes import SparkTypes, spark_form
 
 if TYPE_CHECKING:
     from incr.runtime.store import DeltaStore
@@ -414,3 +415,43 @@ class DriverEngine(Engine):
         for name in self._held:
             self.sql._con.execute(f'DROP TABLE IF EXISTS "{name}"')
         self._tables, self._views, self._held = [], [], []
+
+
+class TypedDriverEngine(DriverEngine):
+    """A driver engine that also knows the Spark types of everything it registers
+    (:class:`~incr.runtime.sparktypes.SparkTypes`), so a result with no table to take its
+    types from yet (a view's state tables at their creation, its answer at its first
+    publish) is cast to the types Spark would have given it, and Spark need not start.
+
+    A query whose Spark types are not known here raises
+    :class:`~incr.runtime.engine.NotLocal`, as anything else outside the driver-side set.
+    """
+
+    def __init__(self, sql: LocalSql, store: DeltaStore | None = None):
+        super().__init__(sql, store)
+        self.types = SparkTypes()
+
+    def table(self, name: str, data: pa.Table) -> str:
+        self.types.register(name, spark_form(data.schema))
+        return super().table(name, data)
+
+    def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
+              matching: Mapping[str, pa.Array] | None = None, every: bool = False,
+              bucketed_by: tuple[str, int] | None = None) -> str:
+        super().delta(name, path, buckets, matching, every, bucketed_by)
+        assert self.store is not None
+        self.types.register(name, spark_form(self.store.schema(path)))  # Spark reads these
+        return name
+
+    def view(self, name: str, sql: Query | str, cache: bool = False,
+             schema: pa.Schema | None = None) -> str:
+        typed = schema or self.types.schema(as_query(sql).sql)
+        super().view(name, sql, cache, typed)
+        self.types.register(name, typed)
+        return name
+
+    def schema_of(self, name: str) -> pa.Schema:
+        return self.types.registered(name)
+
+    def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
+        return super().collect(sql, schema or self.types.schema(as_query(sql).sql))

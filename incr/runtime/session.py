@@ -401,6 +401,12 @@ class SparkEngine(Engine):
              schema: pa.Schema | None = None) -> str:
         return self.frame(name, self.spark.sql(as_query(sql).sql), cache)
 
+    @per_engine("result types", SPARK)
+    def schema_of(self, name: str) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return nullable(to_arrow_schema(self.spark.table(name).schema))
+
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         return self.spark.sql(as_query(sql).sql).toArrow()
 

@@ -58,7 +58,7 @@ from incr.runtime.types import arrow_schema, nullable
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from incr.runtime.engine import Engines
+    from incr.runtime.engine import Engine, Engines
     from incr.runtime.session import SparkEngine
 
 #: What a MERGE folds: a batch's insertions (⊗), deletions (⊗̃), signed rows (⊗±) or rows
@@ -69,6 +69,10 @@ INSERT, SIGNED, REPLACED = "insert", "signed", "replaced"
 #: the order their aggregates were merged (:attr:`~incr.compiler.passes.share.Share.recorded`),
 #: so the views that stay when some leave the program can keep it.
 MEMBERS = ".members.json"
+
+#: A table to create: its name, h(∅) with Spark's types, its keys, and whether it is
+#: partitioned by bucket.
+Initial = tuple[str, pa.Table, tuple[str, ...], bool]
 
 
 def recorded_members(generation: Path) -> tuple[tuple[str, str], ...]:
@@ -341,9 +345,11 @@ class ViewState:
 
         That is empty for grouped state, the identity row for a global aggregate (SQL
         answers one row over no rows), and for a side table mirroring a stage, that
-        stage's output over nothing.  Spark computes it all over empty sources, which also
-        fixes every table's schema (Spark's types) before the first batch, whichever source
-        it comes from.
+        stage's output over nothing.  Each table takes the types Spark gives it, whichever
+        engine later folds a batch into it: the driver computes h(∅) with those types
+        (:class:`~incr.runtime.local.TypedDriverEngine`) where it knows them, and Spark
+        otherwise.  Every table's rows are computed before any is written, so a step that
+        gives way to Spark leaves nothing behind.
         """
         root = self.root
         if self._ready == root:
@@ -351,13 +357,10 @@ class ViewState:
         paths = [t.name for s in self.plan.stages for t in self.plan.stored(s)]
         paths += list(self.plan.outboxes()) + [t.name for t in self.plan.kept()]
         if not all(self.store.exists(self.path(p)) for p in paths):
-            from incr.runtime.session import SparkEngine
-
-            spark = SparkEngine(engines, self.store)
-            try:
-                self._create_tables(spark)
-            finally:
-                spark.close()
+            for table, rows, keys, partitioned in engines.run(
+                    "create", f"the state tables of view {self.plan.view}",
+                    lambda name: self._initial_rows(engines, name), rows=0):
+                self._create(table, rows, keys, partitioned)
         self._record_members(root)
         self._ready = root
 
@@ -370,13 +373,22 @@ class ViewState:
         tmp.write_text(json.dumps([list(m) for m in self.members]))
         tmp.replace(root / MEMBERS)
 
-    def _create_tables(self, spark: SparkEngine) -> None:
+    def _initial_rows(self, engines: Engines, name: str) -> list[Initial]:
+        """h(∅) of every missing table, computed on engine ``name``."""
+        engine = engines.engine(name, self.store, typed=True)
+        try:
+            return self._initial_tables(engine)
+        finally:
+            engine.close()
+
+    def _initial_tables(self, engine: Engine) -> list[Initial]:
+        initial: list[Initial] = []
         prefix = f"incr_{self.plan.view}_init_"
         sources = {}
         for decl in self.plan.source_tables:
             empty = arrow_schema(decl.columns).empty_table()
             empty = empty.append_column(WEIGHT, pa.array([], pa.int64()))
-            sources[decl.name.lower()] = spark.table(f"{prefix}src_{decl.name}", empty)
+            sources[decl.name.lower()] = engine.table(f"{prefix}src_{decl.name}", empty)
         outputs: dict[str, str] = {}
         for stage in self.plan.stages:
             inputs = {i.alias: (outputs[i.table] if i.derived else sources[i.table.lower()], 0)
@@ -385,9 +397,9 @@ class ViewState:
             for table in stage.tables:
                 if table.side_of is None:
                     continue
-                sides[table.side_of] = spark.view(
-                    f"{prefix}{table.name}", self.plan.h_sql(table.name, inputs[table.side_of][0]))
-                self._create(table.name, spark, sides[table.side_of], table.key_columns)
+                sides[table.side_of] = engine.view(
+                    f"{prefix}{table.name}", self.plan.h_query(table.name, inputs[table.side_of][0]))
+                initial += self._initial(table.name, engine, sides[table.side_of], table.key_columns)
             # The stage's input over nothing is not always empty: a global aggregate it reads
             # answers one row over no rows.  So h(∅) here is h of that input, built as the
             # change that brings every derived input from no rows to its output over nothing
@@ -395,7 +407,7 @@ class ViewState:
             if stage.direct:
                 delta = inputs[stage.inputs[0].alias][0]
             else:  # every branch's columns, as one union
-                empty_sides = {a: spark.view(f"{prefix}void_{a}", render_none(v))
+                empty_sides = {a: engine.view(f"{prefix}void_{a}", render_none(v))
                                for a, v in sides.items()}
                 changed = {b.join.inputs[0].alias: inputs[b.join.inputs[0].alias]
                            for b in stage.branches}
@@ -404,41 +416,48 @@ class ViewState:
                 anti = {a.input.alias: render_anti_delta(a, inputs[a.input.alias][0],
                                                          empty_sides[a.input.alias])
                         for b in stage.branches for a in b.join.anti if a.input.alias in changed}
-                delta = spark.view(f"{prefix}delta_{stage.name}", render_stage_delta(
+                delta = engine.view(f"{prefix}delta_{stage.name}", render_stage_delta(
                     stage, changed, empty_sides, anti))
-            columns = spark.spark.table(delta).columns
-            rows = spark.view(f"{prefix}rows_{stage.name}", render_consolidated(delta, columns))
+            columns = engine.schema_of(delta).names
+            rows = engine.view(f"{prefix}rows_{stage.name}", render_consolidated(delta, columns))
             state: dict[str, str] = {}
             for table in stage.main_tables:
-                state[table.name] = spark.view(f"{prefix}{table.name}",
-                                               self.plan.h_sql(table.name, rows))
+                state[table.name] = engine.view(f"{prefix}{table.name}",
+                                               self.plan.h_query(table.name, rows))
                 if table in self.plan.stored(stage):
-                    self._create(table.name, spark, state[table.name], table.key_columns)
-            outputs[stage.name] = spark.view(f"{prefix}out_{stage.name}",
+                    initial += self._initial(table.name, engine, state[table.name],
+                                             table.key_columns)
+            outputs[stage.name] = engine.view(f"{prefix}out_{stage.name}",
                                              render_rows(stage.answer, state))
             if stage.outbox in self.plan.outboxes():
                 handed = outputs[stage.name]
                 if stage.kept is not None:  # the output over nothing is handed on from here
-                    handed = spark.view(f"{prefix}kept_{stage.name}", render_kept_rows(stage, state))
-                    kept = spark.view(f"{prefix}keep_{stage.name}", render_kept_fold(stage, handed))
-                    self._create(stage.kept.name, spark, kept, stage.kept.key_columns)
-                none = spark.view(f"{prefix}none_{stage.name}", render_none(handed))
-                self._create(stage.outbox, spark, none, (), partitioned=False)
+                    handed = engine.view(f"{prefix}kept_{stage.name}", render_kept_rows(stage, state))
+                    kept = engine.view(f"{prefix}keep_{stage.name}", render_kept_fold(stage, handed))
+                    initial += self._initial(stage.kept.name, engine, kept, stage.kept.key_columns)
+                none = engine.view(f"{prefix}none_{stage.name}", render_none(handed))
+                initial += self._initial(stage.outbox, engine, none, (), partitioned=False)
+        return initial
 
-    def _create(self, table: str, spark: SparkEngine, view: str, keys: tuple[str, ...],
+    def _initial(self, table: str, engine: Engine, view: str, keys: tuple[str, ...],
+                 partitioned: bool = True) -> list[Initial]:
+        """The rows of ``view`` for the missing table ``table``, with Spark's types (none
+        when the table exists)."""
+        if self.store.exists(self.path(table)):
+            return []
+        schema = engine.schema_of(view)
+        data = engine.collect(f"SELECT * FROM {view}", schema)
+        return [(table, data.cast(schema) if data.num_rows else schema.empty_table(), keys,
+                 partitioned)]
+
+    def _create(self, table: str, data: pa.Table, keys: tuple[str, ...],
                 partitioned: bool = True) -> None:
-        """``partitioned``: by ``_bucket`` when it has one (an outbox, rewritten whole each
-        batch, is not)."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
+        """Writes h(∅) of ``table``.  ``partitioned``: by ``_bucket`` when it has one (an
+        outbox, rewritten whole each batch, is not)."""
         path = self.path(table)
         if self.store.exists(path):
             return
-        df: DataFrame = spark.spark.table(view)
-        data = df.toArrow()
-        schema = nullable(to_arrow_schema(df.schema))
-        data = data.cast(schema) if data.num_rows else schema.empty_table()
-        partition = [BUCKET] if BUCKET in schema.names and partitioned else None
+        partition = [BUCKET] if BUCKET in data.schema.names and partitioned else None
         self.store.write(path, data, mode="append", batch=None, partition_by=partition,
                          description=f"incr state {table} of view {self.plan.view} (program "
                                      f"{self.plan.program}, state {self.plan.state_fingerprint}); "
