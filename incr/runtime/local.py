@@ -445,7 +445,7 @@ class TypedDriverEngine(DriverEngine):
 
     def view(self, name: str, sql: Query | str, cache: bool = False,
              schema: pa.Schema | None = None) -> str:
-        typed = schema or self.types.schema(as_query(sql).sql)
+        typed = schema if schema is not None else self.types.schema(as_query(sql).sql)
         super().view(name, sql, cache, typed)
         self.types.register(name, typed)
         return name
@@ -454,4 +454,6 @@ class TypedDriverEngine(DriverEngine):
         return self.types.registered(name)
 
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
-        return super().collect(sql, schema or self.types.schema(as_query(sql).sql))
+        if schema is None:
+            schema = self.types.schema(as_query(sql).sql)
+        return super().collect(sql, schema)

@@ -356,10 +356,10 @@ def _wider_two(a: pa.DataType, b: pa.DataType, where: str) -> pa.DataType:
     if pa.types.is_decimal(a) or pa.types.is_decimal(b):
         if pa.types.is_floating(a) or pa.types.is_floating(b):
             return pa.float64()
-        (p1, s1), (p2, s2) = [(t.precision, t.scale) if pa.types.is_decimal(t) else
-                              _AS_DECIMAL.get(t, (0, -1)) for t in (a, b)]
-        if min(s1, s2) < 0:
+        if not all(pa.types.is_decimal(t) or t in _INTEGERS for t in (a, b)):
             raise NotLocal(f"{where} meets {a} and {b}")
+        (p1, s1), (p2, s2) = [(t.precision, t.scale) if pa.types.is_decimal(t) else
+                              _AS_DECIMAL[t] for t in (a, b)]
         scale = max(s1, s2)
         precision = max(p1 - s1, p2 - s2) + scale
         # past 38 digits the scale gives way, never an integer digit

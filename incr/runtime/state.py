@@ -382,6 +382,8 @@ class ViewState:
             engine.close()
 
     def _initial_tables(self, engine: Engine) -> list[Initial]:
+        """Each missing table's h(∅): the plan's stages run on ``engine`` over empty sources,
+        each stage reading the previous ones' output over nothing."""
         initial: list[Initial] = []
         prefix = f"incr_{self.plan.view}_init_"
         sources = {}
