@@ -223,6 +223,14 @@ PARQUET_FOR_DELTA = {
 _WRITE_OPTIONS = {"parquet.statistics.truncate.length": str(2**31 - 1)}
 
 
+def arrow_types(df: DataFrame) -> pa.Schema:
+    """The Arrow types of a DataFrame's rows, every field nullable: the schema a table
+    created from it gets."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return nullable(to_arrow_schema(df.schema))
+
+
 def write_delta(spark: SparkSession, store: DeltaStore, path: str | Path, df: DataFrame, *,
                 mode: str, batch: int | None, schema: pa.Schema | None = None,
                 replace_schema: bool = False, sort_by: Iterable[str] = (),
@@ -254,11 +262,11 @@ def write_delta(spark: SparkSession, store: DeltaStore, path: str | Path, df: Da
             the commit failed.
     """
     from pyspark.errors import AnalysisException
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+    from pyspark.sql.pandas.types import from_arrow_schema
 
     exists = store.exists(path)
     if replace_schema or (schema is None and not exists):
-        schema = nullable(to_arrow_schema(df.schema))
+        schema = arrow_types(df)
     elif schema is None:
         schema = store.schema(path)
     partitions = store.partition_columns(path) if exists else ()
@@ -403,9 +411,7 @@ class SparkEngine(Engine):
 
     @per_engine("result types", SPARK)
     def schema_of(self, name: str) -> pa.Schema:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        return nullable(to_arrow_schema(self.spark.table(name).schema))
+        return arrow_types(self.spark.table(name))
 
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         return self.spark.sql(as_query(sql).sql).toArrow()

@@ -51,7 +51,7 @@ _NAMED = {
     exp.DataType.Type.TEXT: pa.string(), exp.DataType.Type.VARCHAR: pa.string(),
     exp.DataType.Type.TIMESTAMPNTZ: pa.timestamp("us"),
 }
-_PREDICATES = (exp.Predicate, exp.And, exp.Or, exp.Not, exp.Is, exp.IsNan, exp.In, exp.Between)
+_PREDICATES = (exp.Predicate, exp.And, exp.Or, exp.Not, exp.IsNan)  # Predicate: =, IS, IN, ...
 _DOUBLES = (exp.Pow, exp.Sqrt, exp.Sign, exp.VariancePop, exp.Variance, exp.Stddev,
             exp.StddevPop, exp.StddevSamp, exp.Ln, exp.Log, exp.Exp)
 _SAME = (exp.Min, exp.Max, exp.Abs, exp.First, exp.AnyValue, exp.Neg, exp.Paren)
