@@ -210,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
                                       "Structured Streaming peer and the floor (seed paper §11)")
     sp.add_argument("name", help="groupby, joingroupby, groupby-deletes, joingroupby-deletes, "
                                  "kmeans, pagerank, pagerank-deletes, reachability, shortest-path, "
-                                 "sharing or backfill")
+                                 "sharing, bucket or backfill")
     sp.add_argument("--out", default="bench-out",
                     help="folder for NAME.csv, NAME.png, NAME-profile.csv, NAME.json (and the "
                          "work data while running)")
@@ -271,6 +271,9 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--views", type=_view_counts, default=None,
                     help="sharing: numbers of views, one run each with the share pass on and "
                          "off, the first N of its 20 (default 1,2,5,10,20)")
+    sp.add_argument("--uri", default=None,
+                    help="bucket: the warehouse URI to measure (s3://bucket/prefix; default: "
+                         "a bucket of moto's S3 server started on 127.0.0.1)")
     sp.add_argument("--gb", type=float, default=6.0,
                     help="backfill: GB of Parquet to generate and backfill (default 6)")
     sp.add_argument("--driver-memory", default="1g",
@@ -321,11 +324,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     stored = {}
     if args.warehouse:  # the types a run stored, where it has run (reading the Delta logs only)
         from incr.runtime.answer import settle
+        from incr.runtime.bucket import working_copy
         from incr.runtime.report import stored_types
         from incr.runtime.store import DeltaStore
 
-        compiled = settle(compiled, Path(args.warehouse), DeltaStore())  # sharing as it runs
-        stored = {p.view: stored_types(Path(args.warehouse), p) for p in compiled.plans}
+        warehouse = working_copy(args.warehouse)
+        compiled = settle(compiled, warehouse, DeltaStore())  # sharing as it runs
+        stored = {p.view: stored_types(warehouse, p) for p in compiled.plans}
     if args.view:
         print(explain_plan(compiled.plan(args.view), stored.get(args.view)))
     else:
@@ -373,10 +378,11 @@ def _reported(args: argparse.Namespace, report) -> int:
 def cmd_answer(args: argparse.Namespace) -> int:
     from incr.compiler import compile_program
     from incr.runtime.answer import settle
+    from incr.runtime.bucket import working_copy
     from incr.runtime.report import answered_by, format_table, read_answer
     from incr.runtime.store import DeltaStore
 
-    warehouse = Path(_need(args.warehouse, "--warehouse"))
+    warehouse = working_copy(_need(args.warehouse, "--warehouse"))
     compiled = settle(compile_program(args.program), warehouse, DeltaStore())
     try:
         plan = compiled.plan(args.view)
@@ -459,7 +465,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
     if args.keep_hours is not None:
         config = replace(config, keep_hours=args.keep_hours)
     compiled = compile_program(args.program)
-    warehouse = Path(_need(args.warehouse, "--warehouse"))
+    warehouse = _need(args.warehouse, "--warehouse")
     done = maintain(Pipeline(compiled, args.landing or warehouse, warehouse), config)
     if args.json:
         print(json.dumps([asdict(u) for u in done], indent=2))
@@ -524,9 +530,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from incr.runtime.bucket import BucketWarehouse
+    from incr.runtime.remote import is_remote
     from incr.serving.thrift import BiServer, ServeOptions, default_work
 
-    warehouse = Path(_need(args.warehouse, "--warehouse"))
+    given = _need(args.warehouse, "--warehouse")
+    bucket = BucketWarehouse(given) if is_remote(given) else None  # served from its working copy
+    warehouse = bucket.local if bucket is not None else Path(given)
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -543,7 +553,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     served = logging.getLogger("incr.serving")
     if served.getEffectiveLevel() > logging.INFO:  # what each database shows is the point
         served.setLevel(logging.INFO)
-    server = BiServer(warehouse, _layouts(args.programs), options)
+    server = BiServer(warehouse, _layouts(args.programs), options, bucket)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -561,9 +571,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
+    from incr.runtime.bucket import working_copy
     from incr.serving.duckdb_file import write_catalog
 
-    written = write_catalog(Path(args.out), Path(_need(args.warehouse, "--warehouse")),
+    written = write_catalog(Path(args.out), working_copy(_need(args.warehouse, "--warehouse")),
                             _layouts(args.programs), args.keep)
     for schema, snapshot in written:
         print(f"{schema}: {snapshot.describe()}")
@@ -601,6 +612,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return run_backfill_bench(Path(args.out), args.gb, args.driver_memory,
                                   args.kill_after or None, keep_work=args.keep_work,
                                   append_only=args.append_only)
+    if args.name == "bucket":
+        from incr.bench import bucket
+
+        return bucket.run(Path(args.out), args.uri, args.initial_rows or bucket.DEFAULT_INITIAL,
+                          args.increment or bucket.DEFAULT_INCREMENT,
+                          args.increments or bucket.DEFAULT_INCREMENTS, keep_work=args.keep_work)
     if args.name == "sharing":
         from incr.bench.sharing import main_args as sharing_bench
 

@@ -8,7 +8,9 @@ the environment.
 | variable                | default   | what it sets                                                      |
 |-------------------------|-----------|-------------------------------------------------------------------|
 | INCR_LANDING            | (none)    | the landing folder (or object store URI) of CLI commands and DAGs |
-| INCR_WAREHOUSE          | (none)    | the warehouse folder of CLI commands and DAGs                     |
+| INCR_WAREHOUSE          | (none)    | the warehouse folder (or ``s3://`` URI) of CLI commands and DAGs  |
+| INCR_WORKING_COPIES     | ~/.cache/incr/warehouses | where a bucket warehouse's local working copies live |
+| INCR_LEASE_TTL_S        | 60        | seconds a bucket warehouse's lock lease lasts unless renewed     |
 | INCR_LOCAL_ROWS         | 200000    | largest batch the driver-side engine may take (0: Spark only)     |
 | INCR_LOCAL_STATE_ROWS   | 1000000   | largest state/side table the driver-side engine reads             |
 | INCR_LOCAL_INDEX_ROWS   | 5000000   | largest row index the driver checks deletes against               |
@@ -90,6 +92,8 @@ class Settings:
 
     landing: str | None = field(default=None, metadata={"env": "INCR_LANDING"})
     warehouse: str | None = field(default=None, metadata={"env": "INCR_WAREHOUSE"})
+    working_copies: str | None = field(default=None, metadata={"env": "INCR_WORKING_COPIES"})
+    lease_ttl_s: float = field(default=60.0, metadata={"env": "INCR_LEASE_TTL_S"})
     local_rows: int = field(default=200_000, metadata={"env": "INCR_LOCAL_ROWS"})
     local_state_rows: int = field(default=1_000_000, metadata={"env": "INCR_LOCAL_STATE_ROWS"})
     local_index_rows: int = field(default=5_000_000, metadata={"env": "INCR_LOCAL_INDEX_ROWS"})

@@ -97,8 +97,13 @@ def landing_asset(landing: str, table: str) -> Asset:
 
 
 def answer_asset(warehouse: str, view: str) -> Asset:
-    """The Asset of one view's answer table: an event each time a batch is published."""
-    return Asset(uri=Path(warehouse, "answers", view).resolve().as_uri(), group="incr-answers")
+    """The Asset of one view's answer table: an event each time a batch is published (its
+    URI is the table's: ``file://...`` or, for a warehouse in a bucket, ``s3://...``)."""
+    from incr.runtime.remote import is_remote
+
+    uri = (f"{warehouse.rstrip('/')}/answers/{view}" if is_remote(warehouse)
+           else Path(warehouse, "answers", view).resolve().as_uri())
+    return Asset(uri=uri, group="incr-answers")
 
 
 def _schedule(text: str, landing: str) -> Any:

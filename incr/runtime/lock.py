@@ -7,6 +7,11 @@ its lock exclusively to fold into it; a view whose shared state is already folde
 *shared* (readers: no fold moves the state meanwhile) and its own answer's lock while it
 publishes, so the views of one state publish at once.  Locks are ``flock`` locks, released
 by the kernel when the holder dies, so a crashed run never leaves a stale lock.
+
+In a warehouse kept in a bucket (:mod:`incr.runtime.bucket`) each lock is also a lease in the
+bucket, for the machines that share it. Taking locks there brings the working copy up to the
+bucket (what the locks now guard may have changed elsewhere), and letting them go pushes
+what changed here first.
 """
 
 from __future__ import annotations
@@ -17,9 +22,13 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from incr.errors import StorageError
 from incr.runtime import faults
+
+if TYPE_CHECKING:
+    from incr.runtime.bucket import BucketWarehouse
 
 _POLL_S = 0.05
 _PID_WIDTH = 32
@@ -55,9 +64,9 @@ def alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
-def locked(path: Path, what: str, wait_s: float = 0.0, shared: bool = False) -> Iterator[None]:
+def locked(path: Path, what: str, wait_s: float = 0.0, shared: bool = False) -> Iterator[int]:
     """Holds an exclusive lock on ``path`` (with ``shared``, one that other shared holders
-    hold too, and an exclusive one excludes).
+    hold too, and an exclusive one excludes); yields the lock file's descriptor.
 
     Waits up to ``wait_s`` seconds for another holder (0: fails at once), then raises a
     StorageError naming the holder (its pid) and the lock file.
@@ -85,7 +94,7 @@ def locked(path: Path, what: str, wait_s: float = 0.0, shared: bool = False) -> 
         # (Shared holders each write theirs: the file names one of them.)
         os.pwrite(fd, f"pid {os.getpid()}".ljust(_PID_WIDTH).encode(), 0)
         os.ftruncate(fd, _PID_WIDTH)
-        yield
+        yield fd
     finally:
         os.close(fd)
 
@@ -99,9 +108,12 @@ class Locks:
     """
 
     def __init__(self, root: Path, program: str,
-                 shared: Mapping[str, tuple[str, ...]] | None = None):
-        """``shared``: the views of each state several views share (its lock is theirs)."""
+                 shared: Mapping[str, tuple[str, ...]] | None = None,
+                 bucket: BucketWarehouse | None = None):
+        """``shared``: the views of each state several views share (its lock is theirs).
+        ``bucket``: the warehouse's bucket, when ``root`` is in its working copy."""
         self.root = root
+        self.bucket = bucket
         self.program = program
         self.shared = dict(shared or {})
         self._held: dict[str, bool] = {}  # the locks held, and whether shared
@@ -130,13 +142,21 @@ class Locks:
         wanted += [(f"answer-{v}", f"the answer of view {v} (program {self.program})", False)
                    for v in sorted(answers)]
         with contextlib.ExitStack() as stack:
+            taken = False
             for name, what, shared in wanted:
                 if name in self._held:
                     if shared != self._held[name]:
                         raise ValueError(f"the lock of {what} is held in the other mode")
                     continue
-                stack.enter_context(locked(self.root / f"{name}.lock", what, wait_s, shared))
+                path = self.root / f"{name}.lock"
+                fd = stack.enter_context(locked(path, what, wait_s, shared))
+                if self.bucket is not None:
+                    stack.enter_context(self.bucket.lease(path, what, wait_s, fd))
                 self._held[name] = shared
                 stack.callback(self._held.pop, name)
+                taken = True
+            if taken and self.bucket is not None:
+                self.bucket.pull()
+                stack.callback(self.bucket.push)  # before the leases are let go
             faults.pause_point("locks.held")
             yield

@@ -42,6 +42,7 @@ from incr.config import Settings
 from incr.errors import InputError, Location, OutOfRangeError, StorageError
 from incr.runtime import faults
 from incr.runtime.answer import settle
+from incr.runtime.bucket import BucketWarehouse
 from incr.runtime.engine import Engines, log
 from incr.runtime.ingest import LoadedBatch, load_batch, sweep_slices
 from incr.runtime.iterate import view_runtime
@@ -174,13 +175,18 @@ class Pipeline:
         (:mod:`incr.runtime.local`) where it applies; 0 keeps everything in Spark.
         The default is the setting ``INCR_LOCAL_ROWS``.  ``config``: every other setting
         (:mod:`incr.config`; default: the environment's)."""
-        self.warehouse = Path(warehouse)
+        self.engines = Engines(config, spark=spark, local_rows=local_rows)
+        # A warehouse in a bucket is worked on in a local copy (incr.runtime.bucket).
+        self.bucket = (BucketWarehouse(str(warehouse), self.engines.settings)
+                       if is_remote(warehouse) else None)
+        self.warehouse = self.bucket.local if self.bucket is not None else Path(warehouse)
         check_table_root(self.warehouse)
+        if self.bucket is not None:
+            self.bucket.pull()
         # A landing area on an object store is read from a local copy (incr.runtime.remote).
         self.remote = RemoteLanding(str(landing)) if is_remote(landing) else None
         self.landing = (self.warehouse / "_incr" / compiled.name / "landing" if self.remote
                         else Path(landing))
-        self.engines = Engines(config, spark=spark, local_rows=local_rows)
         self.store = store or DeltaStore(self.engines.settings.mirror_rows,
                                          self.engines.settings.local_state_rows)
         self.planned = compiled  # as compiled; self.compiled is as it runs here (settle)
@@ -205,7 +211,7 @@ class Pipeline:
         keep the states they serve from: :func:`~incr.runtime.answer.settle`)."""
         self.compiled = settle(self.planned, self.warehouse, self.store)
         self.locks = Locks(self.meta / "locks", self.compiled.name,
-                           {s.owner: s.views for s in self.compiled.shares})
+                           {s.owner: s.views for s in self.compiled.shares}, self.bucket)
         self._views = None
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -501,7 +507,7 @@ class Pipeline:
             for v in self.views.values():
                 v.drop_stale_state()
             self._drop_unshared_state()
-        self._log(report)
+            self._log(report)  # the ledger's lock guards the run log too
         return report
 
     def prepare(self) -> RunReport:
@@ -538,7 +544,7 @@ class Pipeline:
                         report.rejected, report.rejected_batch = e, batch
                         break
                 report.ready_through = batch.seq
-        self._log(report)
+            self._log(report)  # the ledger's lock guards the run log too
         return report
 
     def apply_view(self, view: str, through: int | None,

@@ -60,6 +60,8 @@ from incr.serving.snapshots import ProgramLayout, ProgramSnapshot, Snapshots
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from incr.runtime.bucket import BucketWarehouse
+
 log = logging.getLogger("incr.serving")
 
 
@@ -171,12 +173,16 @@ class BiServer:
         options: address, retention and polling.
     """
 
-    def __init__(self, warehouse: Path, programs: Sequence[ProgramLayout], options: ServeOptions):
+    def __init__(self, warehouse: Path, programs: Sequence[ProgramLayout], options: ServeOptions,
+                 bucket: BucketWarehouse | None = None):
         names = [database_name(p.name) for p in programs]
         if len(set(names)) != len(names):
             raise IncrError(f"programs {', '.join(p.name for p in programs)} would share a database "
                             f"name; serve programs whose names differ (letters, digits and _)")
         self.warehouse = Path(warehouse)
+        self.bucket = bucket  # the warehouse is this bucket's working copy: pulled each refresh
+        if bucket is not None:
+            bucket.pull()
         self.options = options
         self.store = DeltaStore()
         self.snapshots = [Snapshots(self.warehouse, p, self.store) for p in programs]
@@ -274,6 +280,8 @@ class BiServer:
     def refresh(self) -> None:
         """Brings every program's databases up to date with the warehouse (see the module)."""
         assert self.catalog is not None
+        if self.bucket is not None:
+            self.bucket.pull()
         in_use = set()
         for snapshots in self.snapshots:
             snapshots.refresh()

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +35,10 @@ import pyarrow.csv as pacsv
 import pytest
 
 from incr.compiler import compile_program
+from incr.config import Settings
 from incr.errors import StorageError
 from incr.oracle import diff_answers, oracle_answer
+from incr.runtime.bucket import working_copy
 from incr.runtime.cluster import free_port
 from incr.runtime.report import read_answer
 from tests.runtime import killing
@@ -91,6 +93,7 @@ globals().update(program_dags(Path({sql!r}), {landing!r}, {warehouse!r}))
 BUCKETED = """\
 CREATE TABLE g (who VARCHAR, pts BIGINT);
 CREATE VIEW g_totals AS SELECT who, SUM(pts) AS total, COUNT(*) AS n FROM g GROUP BY who;
+CREATE VIEW g_best AS SELECT MAX(pts) AS best FROM g;
 """
 WAIT_S = 300
 
@@ -109,8 +112,9 @@ class Stack:
     logs: dict[str, Path]
     #: the killed program's file, landing and warehouse (its DAG is ``incr_killed``)
     killed: tuple[Path, Path, Path]
-    #: a program landing in an S3 bucket: its file, landing URI and warehouse (``incr_bucketed``)
-    bucketed: tuple[Path, str, Path]
+    #: a program landing in an S3 bucket, its warehouse in the bucket too: its file, landing
+    #: URI and warehouse URI (``incr_bucketed``)
+    bucketed: tuple[Path, str, str]
 
     def query(self, sql: str, *args: Any) -> list[tuple]:
         """Rows of Airflow's metadata DB (read-only, so the components are never blocked)."""
@@ -192,21 +196,22 @@ def stack(tmp_path_factory, s3) -> Iterator[Stack]:
               root / "hooks_out", root / "seen", {},
               (sql_killed / "killed.sql", root / "landing-killed", root / "warehouse-killed"),
               (sql_bucketed / "bucketed.sql", f"s3://{s3.bucket}/{root.name}",
-               root / "warehouse-bucketed"))
+               f"s3://{s3.bucket}/{root.name}-warehouse"))
     s.program.write_text(PROGRAM)
     s.killed[0].write_text(killing.PROGRAM)
     s.bucketed[0].write_text(BUCKETED)
     (home / "dags" / "incr_killed.py").write_text(PROGRAM_DAG.format(
         sql=str(sql_killed), landing=str(s.killed[1]), warehouse=str(s.killed[2])))
     (home / "dags" / "incr_bucketed.py").write_text(PROGRAM_DAG.format(
-        sql=str(sql_bucketed), landing=s.bucketed[1], warehouse=str(s.bucketed[2])))
+        sql=str(sql_bucketed), landing=s.bucketed[1], warehouse=s.bucketed[2]))
     (root / "hooks" / "incr_test_hooks.py").write_text(HOOKS.format(out=str(s.hooks_out)))
     (home / "dags" / "incr_games.py").write_text(PROGRAM_DAG.format(
         sql=str(sql), landing=str(s.landing), warehouse=str(s.warehouse)))
     (home / "dags" / "downstream.py").write_text(DOWNSTREAM.format(warehouse=str(s.warehouse),
                                                                    seen=str(s.seen)))
     env = _environment(root, free_port())
-    env.update(s3.env)  # the bucketed program's landing area
+    env.update(s3.env)  # the bucketed program's landing area and warehouse
+    env["INCR_WORKING_COPIES"] = str(root / "working-copies")  # the tasks' copy of that warehouse
     migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, cwd=root, check=False,
                              capture_output=True, text=True)
     assert migrate.returncode == 0, migrate.stdout[-2000:] + migrate.stderr[-2000:]
@@ -332,7 +337,9 @@ def test_landed_files_start_runs_that_match_the_oracle_under_a_real_scheduler(st
 
 
 def test_a_file_landed_in_a_bucket_starts_a_run_under_a_real_scheduler(stack: Stack, s3):
-    """The triggerer's watcher lists the bucket; the run copies the object and applies it."""
+    """The triggerer's watcher lists the bucket; the run copies the object and applies it,
+    its two view tasks at once, into a warehouse in the bucket (read here from a copy of
+    its own)."""
     s = stack
     program, uri, warehouse = s.bucketed
     s.wait("the bucketed program's DAG and its watcher",
@@ -345,11 +352,13 @@ def test_a_file_landed_in_a_bucket_starts_a_run_under_a_real_scheduler(stack: St
         out.write(b"who,pts\nann,3\nbob,5\n")
     runs = s.wait("the run started by the object", _finished(s, "incr_bucketed", 1))
     assert [(r[1], r[2]) for r in runs] == [("asset_triggered", "success")], s.tail()
-    plan = compile_program(program).plans[0]
-    answer, batch = read_answer(warehouse, plan)
-    assert batch == 0
+    copy = working_copy(warehouse, replace(Settings.from_env(),
+                                           working_copies=str(s.root / "reader-copies")))
     live = pa.Table.from_pylist(rows, schema=SCHEMAS["e"])
-    assert diff_answers(oracle_answer(plan.select, {"g": live}), answer) is None
+    for plan in compile_program(program).plans:
+        answer, batch = read_answer(copy, plan)
+        assert batch == 0
+        assert diff_answers(oracle_answer(plan.select, {"g": live}), answer) is None, plan.view
     retried = s.query("SELECT task_id FROM task_instance WHERE dag_id = 'incr_bucketed' "
                       "AND try_number > 1")
     assert retried == [], retried
