@@ -32,7 +32,8 @@ by file. It works in a **working copy**, a local folder kept in step with the bu
 
 What a working copy keeps to itself: the locks, the key mirrors, the driver's kept
 translations, a bucket landing area's copies and the scratch slices, which are caches or
-belong to this machine; temporary ``*.tmp`` files and Hadoop's ``.crc`` checksums.
+belong to this machine; temporary ``*.tmp`` files, Spark's staging folders and Hadoop's
+``.crc`` checksums.
 The bucket therefore holds plain Delta tables: any Delta-aware reader (DuckDB's ``delta``
 extension, Spark with delta-spark, Trino, delta-rs) reads the answers there.
 
@@ -48,6 +49,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -84,6 +86,9 @@ KEEP_ENTRIES = 10_000
 #: The largest file sent in one PUT (its ETag comes back with it); larger ones go in parts.
 ONE_PUT = 64 << 20
 _POLL_S = 0.2
+#: A folder Spark writes a table's new files into before they are renamed into place
+#: (:meth:`~incr.runtime.store.DeltaStore.staging`): nothing in it is the table's yet.
+_SPARK_STAGING = re.compile(r"spark-[0-9a-f]{32}")
 #: What S3 answers a create-if-absent of a key that exists (or is being created).
 _TAKEN = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 
@@ -103,7 +108,8 @@ def synced(rel: str) -> bool:
     parts = rel.split("/")
     name = parts[-1]
     if LOCAL_DIRS.intersection(parts) or name.endswith(".tmp") or \
-            (name.startswith(".") and name.endswith(".crc")):
+            (name.startswith(".") and name.endswith(".crc")) or \
+            any(_SPARK_STAGING.fullmatch(part) for part in parts[:-1]):
         return False
     return not (len(parts) > 3 and parts[0] == "_incr" and parts[2] in LOCAL_META)
 
@@ -253,7 +259,7 @@ class BucketWarehouse:
         finally:
             os.close(fd)
 
-    def _local_files(self) -> dict[str, os.stat_result]:
+    def _files_here(self) -> dict[str, os.stat_result]:
         """Every synced file of the working copy: relative path -> its stat."""
         out: dict[str, os.stat_result] = {}
         for folder, dirs, files in os.walk(self.local):
@@ -442,7 +448,7 @@ class BucketWarehouse:
                                f"INCR_LEASE_TTL_S if renewals are late)")
         t0 = time.perf_counter()
         with self._syncing() as seen:
-            local = self._local_files()
+            local = self._files_here()
             changed = [rel for rel, st in local.items() if rel not in seen or not seen[rel].matches(st)]
             # Data files are never rewritten and nothing reads one before a commit names it:
             # they go up first, all at once. Then the commits and records, one at a time in the
@@ -559,7 +565,9 @@ class BucketWarehouse:
                 break
             except Exception as e:
                 if _code(e) not in _TAKEN:
-                    raise StorageError(f"cannot take the lease of {what} in {self.uri}: {e}") from e
+                    raise StorageError(f"cannot take the lease of {what} in {self.uri}: {e}; the "
+                                       f"store must accept conditional writes (PUT with "
+                                       f"If-None-Match), as S3 and recent MinIO do") from e
             holder = self._holder(key)
             if holder is None:
                 continue  # let go meanwhile: try again at once

@@ -79,6 +79,29 @@ def _objects(s3, uri: str) -> list[str]:
     return [i.path[len(root) + 1:] for i in infos if i.type == pafs.FileType.File]
 
 
+@pytest.mark.parametrize(("rel", "kept"), [
+    ("answers/v/_delta_log/00000000000000000001.json", True),
+    ("answers/v/part-00000-a.snappy.parquet", True),
+    ("answers/v/deletion_vector_1.bin", True),
+    ("state/v/f/.members.json", True),
+    ("state/v/f/.touched/000000000007.arrow", True),
+    ("_incr/p/ledger/_delta_log/00000000000000000000.json", True),
+    ("_incr/p/runs.jsonl", True),
+    ("_incr/p/locks/view-v.lock", False),  # this machine's locks (leases stand for them)
+    ("_incr/p/landing/e/001.csv", False),  # copies of a bucket landing area
+    ("_incr/p/sql/60117c23e8784092", False),  # the driver's kept translations
+    ("_incr/p/slices/x.parquet", False),
+    ("state/v/f/main/_incr_mirrors/part-0.parquet@k.arrow", False),  # key mirrors
+    ("_serving/10000/versions/x", False),  # a BI server's own folder
+    ("state/v/f/main/spark-0123456789abcdef0123456789abcdef/part-0.parquet", False),  # staging
+    ("state/v/f/main/.part-0.parquet.crc", False),
+    ("answers/v/_delta_log/.incr-commit-x.tmp", False),
+    ("_incr_journal/00000000000000000001.json", False),  # the bucket's, not a file of a copy
+])
+def test_what_a_working_copy_keeps_to_itself(rel, kept):
+    assert synced(rel) is kept
+
+
 def test_machines_take_turns_on_one_bucket_warehouse(s3, uri, spark, tmp_path):
     compiled = compile_text(PROGRAM, "p.sql", name="p")
     landing = tmp_path / "landing"
