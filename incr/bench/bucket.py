@@ -37,13 +37,15 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from incr.bench.results import cell, write_records
+from incr.runtime.bucket import SyncMetrics
+from incr.runtime.cluster import free_port
 from incr.runtime.landing import DELETES_DIR
 
 NAME = "bucket"
@@ -51,8 +53,8 @@ PROGRAM = Path(__file__).resolve().parents[2] / "sql" / "examples" / "sales.sql"
 DEFAULT_INITIAL = 20_000
 DEFAULT_INCREMENT = 1_000
 DEFAULT_INCREMENTS = 7
-COLUMNS = ["warehouse", "step", "kind", "rows", "total_s", "pull_s", "push_s", "lease_s",
-           "pulls", "uploaded", "downloaded", "deleted", "leases"]
+#: One row per warehouse and step; the bucket's rows add what its syncs did (SyncMetrics).
+COLUMNS = ["warehouse", "step", "kind", "rows", "total_s", *(f.name for f in fields(SyncMetrics))]
 SCHEMA = pa.schema([("region", pa.string()), ("product", pa.string()), ("amount", pa.float64()),
                     ("qty", pa.int64())])
 
@@ -71,9 +73,7 @@ def _bucket(uri: str | None) -> Iterator[str]:
     if not server.exists():
         raise SystemExit("error: moto_server is not installed here (it comes with `make install`); "
                          "give --uri s3://bucket/prefix of a bucket to measure against")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -123,10 +123,7 @@ def _step(compiled, landing: Path, warehouse: str, config, kind: str, step: int,
         raise SystemExit(f"error: step {step} into the {kind} applied nothing: {report.rejected}")
     out: dict[str, object] = {"warehouse": kind, "step": step, "rows": rows, "total_s": total}
     if pipeline.bucket is not None:
-        m = pipeline.bucket.metrics
-        out |= {"pull_s": m.pull_s, "push_s": m.push_s, "lease_s": m.lease_s, "pulls": m.pulls,
-                "uploaded": m.uploaded, "downloaded": m.downloaded, "deleted": m.deleted,
-                "leases": m.leases}
+        out |= asdict(pipeline.bucket.metrics)
     return out
 
 

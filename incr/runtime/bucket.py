@@ -239,10 +239,15 @@ class BucketWarehouse:
             return {}
         return {rel: _Seen(*v) for rel, v in json.loads(path.read_text()).items()}
 
+    def _record(self, name: str, text: str) -> None:
+        """Writes one of the copy's records whole (aside, then renamed over the old one)."""
+        aside = self._meta / f"{name}.{os.getpid()}.tmp"
+        aside.write_text(text)
+        os.replace(aside, self._meta / name)
+
     def _write_seen(self, seen: dict[str, _Seen]) -> None:
-        aside = self._meta / f"seen.{os.getpid()}.tmp"
-        aside.write_text(json.dumps({rel: [s.etag, s.size, s.mtime_ns] for rel, s in seen.items()}))
-        os.replace(aside, self._meta / "seen.json")
+        self._record("seen.json",
+                     json.dumps({rel: [s.etag, s.size, s.mtime_ns] for rel, s in seen.items()}))
 
     @contextlib.contextmanager
     def _syncing(self) -> Iterator[dict[str, _Seen]]:
@@ -363,9 +368,7 @@ class BucketWarehouse:
         return int(path.read_text()) if path.exists() else None
 
     def _write_position(self, n: int) -> None:
-        aside = self._meta / f"position.{os.getpid()}.tmp"
-        aside.write_text(str(n))
-        os.replace(aside, self._meta / "position")
+        self._record("position", str(n))
 
     def _from_journal(self) -> tuple[dict[str, str | None], int] | None:
         """What changed in the bucket since this copy last read the journal: relative path ->
