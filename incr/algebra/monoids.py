@@ -11,6 +11,9 @@ Each monoid is an object with
   fold of ``lift`` over a group in one pass (the homomorphism h on a batch).
 * its merge form, :meth:`~Monoid.sql_combine` / :meth:`~Monoid.sql_diminish`: SQL over the
   target (``t``) and source (``s``) columns, used in the Delta MERGE for ⊗ and ⊗̃.
+* its regrouping form, :attr:`~Monoid.sql_regroup`: the SQL aggregate that is ⊗ over many
+  state rows, so a state kept by a finer grouping answers a coarser one (seed 003's BRR:
+  ``SUM`` of sums, ``MIN`` of minima); None when ⊗ is no plain aggregate (moments).
 
 An element may span several state columns (``parts``): the moments monoid behind VAR/STDDEV
 is the triple (n, mean, M2), merged with Chan et al.'s parallel formulas, which stay accurate
@@ -44,6 +47,9 @@ class Monoid(ABC):
     parts: ClassVar[tuple[str, ...]] = ("",)
     #: Whether :meth:`diminish` exists, i.e. deletions can be merged with ⊗̃.
     has_inverse: ClassVar[bool] = True
+    #: The SQL aggregate computing ⊗ of a column's elements over many rows (a one-column
+    #: element), or None: how a finer grouping's state rows combine into a coarser group's.
+    sql_regroup: ClassVar[str | None] = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -97,6 +103,7 @@ class Count(Monoid):
     """Counts non-NULL values (``COUNT(x)``) or rows (``COUNT(*)``, arg None); inverse: subtraction."""
 
     name = "count(+)"
+    sql_regroup = "sum"
 
     @override
     def identity(self) -> Element:
@@ -135,6 +142,7 @@ class Sum(Monoid):
     """
 
     name = "sum(+)"
+    sql_regroup = "sum"
 
     @override
     def identity(self) -> Element:
@@ -222,6 +230,7 @@ class Min(_Extremum):
 
     name = "min"
     _better = "<"
+    sql_regroup = "min"
 
     def _pick(self, a: Any, b: Any) -> Any:
         return min(a, b)
@@ -232,6 +241,7 @@ class Max(_Extremum):
 
     name = "max"
     _better = ">"
+    sql_regroup = "max"
 
     def _pick(self, a: Any, b: Any) -> Any:
         return max(a, b)

@@ -208,12 +208,50 @@ class BagJoin:
 
 
 @dataclass(frozen=True)
+class Regrouped:
+    """One state table read by a coarser grouping: its rows of each coarse group combined.
+
+    ``by`` are the key columns beside θ it stays keyed by (a bag's ``value``);
+    ``combined`` pairs each value column with the SQL aggregate that is its monoid's ⊗
+    over many rows (:attr:`~incr.algebra.monoids.Monoid.sql_regroup`).
+    """
+
+    table: str
+    by: tuple[str, ...]
+    combined: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """A view answered from the state of a finer grouping (seed 003's BRR and CMORR).
+
+    The state is keyed by a θ that holds the view's group keys and more: each state table
+    the answer reads is first regrouped by the view's keys (``keys`` pairs each state θ
+    column with the view's name for it), its monoid elements combined by ⊗ (``tables``),
+    so a is computed as over a state of the view's own grouping.  Bags regroup by (keys,
+    value) with their counts summed, so MIN, MAX and COUNT(DISTINCT) stay exact under
+    deletions.  ``of`` describes the state's grouping, for ``incr explain``.
+    """
+
+    keys: tuple[tuple[str, str], ...]
+    tables: tuple[Regrouped, ...]
+    of: tuple[str, ...] = ()
+
+    def table(self, name: str) -> Regrouped:
+        """How state table ``name`` is regrouped."""
+        return next(t for t in self.tables if t.table == name)
+
+
+@dataclass(frozen=True)
 class Answer:
     """a(state): reads ``main`` (alias m) and the bags, then HAVING, ORDER BY, LIMIT.
 
     A window stage's answer also reads ``rows`` (alias r): the bag of its rows per θ (the
     window partition), joined to ``main`` by θ and exploded by ``explode`` (their counts)
     before the window functions in ``exprs`` are computed over them.
+
+    With ``rollup`` set, the state it reads is a finer grouping's, regrouped by the view's
+    keys first (:class:`Rollup`).
     """
 
     main: str
@@ -227,6 +265,7 @@ class Answer:
     offset: int = 0
     explode: Scalar | None = None
     rows: str | None = None
+    rollup: Rollup | None = None
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,9 @@ class Options:
     schedule: str | None = None
     on_failure: str | None = None  # package.module:function, called when a DAG task fails
     share: bool = True  # views over the same source keep one state where they can (share pass)
+    #: ``share = rollup``: a view grouped by some of another's keys is also computed from
+    #: that view's state, regrouped (BRR and CMORR, see :mod:`~incr.compiler.passes.share`).
+    rollup: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,12 +239,12 @@ def _parse_options(text: str, path: str) -> Options:
         raise ParseError(f"header option on_failure must name a function as package.module:function, "
                          f"got {hook!r}", Location(path, 1))
     share = values["share"].strip().lower()
-    if share not in ("on", "off"):
-        raise ParseError(f"header option share must be on or off, got {values['share']!r}",
-                         Location(path, 1))
+    if share not in ("on", "off", "rollup"):
+        raise ParseError(f"header option share must be on, off or rollup, got "
+                         f"{values['share']!r}", Location(path, 1))
     return Options(dialect=dialect, append_only=append_only, buckets=buckets,
                    schedule=values["schedule"].strip() or None, on_failure=hook,
-                   share=share == "on")
+                   share=share != "off", rollup=share == "rollup")
 
 
 def _split_statements(text: str, path: str, dialect: str) -> list[tuple[str, int, int]]:

@@ -65,6 +65,11 @@ class Publish:
 
 def publish_mode(answer: Answer) -> Publish:
     """Whether ``answer`` can be maintained by change, and why (not)."""
+    if answer.rollup is not None:
+        return Publish(False, (), f"computed from the state kept by GROUP BY "
+                                  f"{', '.join(answer.rollup.of)}, regrouped: a group's rows "
+                                  f"there are spread over that state's buckets, so the answer "
+                                  f"is recomputed and rewritten")
     if not answer.grouped and answer.rows is not None:
         return Publish(False, (), "a window without PARTITION BY reads every row, so any batch "
                                   "may change every answer row; the answer is recomputed and "

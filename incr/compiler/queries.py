@@ -28,7 +28,7 @@ from incr.compiler.scalar import Scalar
 from incr.compiler.types import spark_type_name
 
 if TYPE_CHECKING:  # the plan imports this module: its classes are annotations here only
-    from incr.compiler.plan import Answer, HQuery, StagePlan
+    from incr.compiler.plan import Answer, HQuery, Rollup, StagePlan
     from incr.compiler.publish import Publish
 
 
@@ -279,6 +279,11 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
         return _ordered_windows(answer, views)
     select = ", ".join(f"{e.expr.render(SPARK)} AS {q(e.name)}" for e in answer.exprs)
     live = f" WHERE {plan_live(q(ROW_COUNT))}" if answer.grouped else ""
+    if answer.rollup is not None:  # a finer grouping's state, regrouped by the view's keys
+        views = {**views, **{t.table: _regrouped(answer.rollup, t.table, views[t.table],
+                                                 live if t.table == answer.main else "")
+                             for t in answer.rollup.tables}}
+        live = ""
     sql = f"SELECT {select}\nFROM (SELECT * FROM {views[answer.main]}{live}) AS m"
     for bag in answer.bags:
         aggs = ", ".join(f"{a.sql} AS {q(a.name)}" for a in bag.aggregates)
@@ -299,6 +304,22 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
     if answer.having is not None:
         sql += f"\nWHERE {answer.having.render(SPARK)}"
     return sql + _ordered(answer.order, answer)
+
+
+def _regrouped(rollup: Rollup, table: str, view: str, where: str) -> str:
+    """State table ``table`` (registered as ``view``) regrouped by the rollup's keys.
+
+    A subquery without an alias, read where the table's name would be: each coarse group's
+    rows (of the live rows, for the main table: ``where``) combined into one by each value's
+    monoid, under the view's names for the keys.
+    """
+    t = rollup.table(table)
+    keys = [f"{q(state)} AS {q(own)}" for state, own in rollup.keys]
+    by = [q(c) for c in t.by]
+    combined = [f"{fn}({q(c)}) AS {q(c)}" for c, fn in t.combined]
+    group = ", ".join([q(state) for state, _ in rollup.keys] + by)
+    return (f"(SELECT {', '.join(keys + by + combined)} FROM {view}{where}"
+            f"{f' GROUP BY {group}' if group else ''})")
 
 
 def _ordered(order: tuple[SortKey, ...], answer: Answer) -> str:

@@ -251,6 +251,35 @@ def test_spark_fold_matches_fold(con, monoid: Monoid):
     check()
 
 
+@pytest.mark.parametrize("monoid", [m for m in ALL if m.sql_regroup], ids=lambda m: m.name)
+def test_sql_regroup_is_combine_over_rows(con, monoid: Monoid):
+    """``sql_regroup`` over the rows of several elements is their ⊗ (a finer grouping's state
+    rows rolled up into a coarser group's, as the share pass's BRR reads them)."""
+    (column,) = _columns(monoid)
+    (sql_type,) = PART_TYPES[type(monoid)]
+
+    @SQL_EXAMPLES
+    @given(st.integers(1, 4).flatmap(lambda n: elements(monoid, n)))
+    def check(parts):
+        expected = monoid.identity()
+        for p in parts:
+            expected = monoid.combine(expected, p)
+        params = [_as_param(p[0], sql_type) for p in parts]
+        got = con.execute(f"SELECT {monoid.sql_regroup}({column}) FROM (SELECT UNNEST("
+                          f"CAST(? AS {sql_type}[])) AS {column})", [params]).fetchone()
+        if got[0] is None and expected[0] is not None:  # SUM of no row: the identity
+            got = monoid.identity()
+        assert_close(tuple(got), expected, parts)
+
+    check()
+
+
+def test_moments_do_not_regroup_by_one_aggregate():
+    """Moments combine by Chan's formulas, not by one SQL aggregate: a view needing them is
+    not rolled up from a finer state."""
+    assert Moments().sql_regroup is None
+
+
 def test_wide_sum_folds_integers_past_bigint_exactly(con):
     """A BIGINT state would wrap past ±9.2e18; WideSum's fold and merges stay exact."""
     big = 2 ** 62

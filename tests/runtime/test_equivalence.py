@@ -121,13 +121,20 @@ def programs(draw) -> tuple[str, bool]:
         n_keys = draw(st.integers(0, 2))
         keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
         where = draw(st.sampled_from(["", *WHERES]))
-        views = [draw(aggregate_view(f"v{i}", keys, where)) for i in range(draw(st.integers(2, 3)))]
+        views = []
+        for i in range(draw(st.integers(2, 3))):
+            own = keys
+            if i and len(keys) == 2 and draw(st.booleans()):
+                # a coarser grouping: under share = rollup, answered from the others' state
+                own = [keys[draw(st.integers(0, 1))]]
+            views.append(draw(aggregate_view(f"v{i}", own, where)))
     else:
         views = [draw(aggregate_view(f"v{i}")) for i in range(draw(st.integers(1, 2)))]
     if draw(st.booleans()):
         views.append(draw(plain_view("p0")))
     header = "-- incr: buckets = 4\n" + ("-- incr: append_only = t\n" if append_only else "")
-    header += draw(st.sampled_from(["", "-- incr: share = off\n"]))  # sharing on and off
+    # sharing on, off, and on with coarser groupings regrouped from finer states (BRR)
+    header += draw(st.sampled_from(["", "-- incr: share = off\n", "-- incr: share = rollup\n"]))
     return header + TABLE + "\n" + "\n".join(views) + "\n", append_only
 
 
@@ -257,6 +264,7 @@ def test_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, seed, p
             live = [r for i, r in enumerate(live) if i not in gone]
         event(f"{'append-only' if append_only else 'deletable'} source, {op} batch")
         event(f"views sharing state: {sum(len(s.views) for s in compiled.shares)}")
+        event(f"views regrouped from a finer state: {sum(len(s.rolled) for s in compiled.shares)}")
         event(f"driver-side path for batches of at most {local_rows} rows")
         late = apply_pending(data, new_pipeline, pipeline, tasks, last=seq == len(ops))
         check_all(compiled, warehouse, live, f"after batch {seq} ({op}, {fmt})", skip=late)
@@ -313,13 +321,18 @@ def join_programs(draw) -> str:
         # whose side tables keep the columns either view reads
         more = draw(st.lists(st.sampled_from(JOIN_AGGS), min_size=1, max_size=2, unique=True))
         twin = sql.split(" FROM ", 1)[1].split(" ORDER BY ")[0]
-        listed = [f"{qualify[k]} AS g{i}" for i, k in enumerate(keys)] + \
+        own = keys
+        if len(keys) == 2 and draw(st.booleans()):  # coarser: regrouped under share = rollup
+            own = keys[1:]
+            twin = twin.replace(" GROUP BY " + ", ".join(qualify[k] for k in keys),
+                                " GROUP BY " + qualify[own[0]])
+        listed = [f"{qualify[k]} AS g{i}" for i, k in enumerate(own)] + \
             [f"{a} AS m{i}" for i, a in enumerate(more)]
         views.append(f"CREATE VIEW j2 AS SELECT {', '.join(listed)} FROM {twin};")
     if draw(st.booleans()):
         plain_from = "FROM a JOIN b ON a.k = b.k"
         views.append(f"CREATE VIEW j1 AS SELECT g, v, x {plain_from} WHERE v > 0;")
-    share = draw(st.sampled_from(["", "-- incr: share = off\n"]))
+    share = draw(st.sampled_from(["", "-- incr: share = off\n", "-- incr: share = rollup\n"]))
     return "-- incr: buckets = 2\n" + share + JOIN_TABLES + "\n" + "\n".join(views) + "\n"
 
 

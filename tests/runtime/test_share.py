@@ -439,3 +439,85 @@ def test_tasks_of_views_sharing_a_folded_state_publish_at_once_reading_no_batch(
     monkeypatch.undo()
     fresh().run()
     _check(warehouse, compiled, 2)
+
+
+ROLLUP = "-- incr: share = rollup\n"
+#: The finest grouping: the state the coarser views below are answered from.
+BY_KP = ("CREATE VIEW by_kp AS SELECT k, v % 2 AS p, SUM(v) AS s, MAX(x) AS top FROM t "
+         "GROUP BY k, v % 2;\n")
+#: Coarser (BRR); its MIN, MAX and COUNT(DISTINCT) keep bags the regrouping sums by value.
+BY_K = ("CREATE VIEW by_k AS SELECT k, AVG(v) AS mean, MIN(x) AS low, COUNT(DISTINCT v) AS dv "
+        "FROM t GROUP BY k HAVING COUNT(*) > 1;\n")
+#: Coarser by the other key (with by_k, CMORR), ranked.
+BY_P = ("CREATE VIEW by_p AS SELECT v % 2 AS p, MAX(x) AS top, SUM(v) AS s FROM t "
+        "GROUP BY v % 2 ORDER BY top DESC LIMIT 1;\n")
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_coarser_views_are_answered_from_a_finer_state(spark, dirs, local_rows):
+    """share = rollup: views grouped by some of another view's keys are answered from its
+    state, regrouped (BRR, and CMORR for two such groupings): one state, one fold per batch,
+    every answer equal to DuckDB's after every batch, deletions included."""
+    landing, warehouse = dirs
+    compiled = compile_text(ROLLUP + TABLE + BY_KP + BY_K + BY_P, name="shop")
+    (share,) = compiled.shares
+    assert share.views == ("by_kp", "by_k", "by_p")
+    assert [v for v, _ in share.rolled] == ["by_k", "by_p"]
+    text = explain_program(compiled)
+    assert "BRR" in text and "CMORR" in text and "regrouped" in text
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    for seq in range(len(BATCHES)):
+        _land(landing, seq)
+        (applied,) = pipeline.run().applied
+        modes = {m.view: m.answer_mode for m in applied.views}
+        assert modes["by_k"] == modes["by_p"] == "rewrite", modes
+        if seq and local_rows:
+            assert modes["by_kp"] == "change", modes
+        _check(warehouse, compiled, seq)
+    assert _states(warehouse) == {share.owner}
+    off = compile_text(TABLE + BY_KP + BY_K + BY_P, name="shop")
+    assert not off.shares and "share = rollup" in explain_program(off)
+
+
+def test_a_coarser_view_added_beside_a_finer_state_publishes_from_it(spark, dirs):
+    """A view added to a running program, grouped by fewer keys and needing only what the
+    finer state keeps, is answered from that state: no batch is read again.  (A view that
+    keeps a state alone keeps it under its own name; like views of one grouping, a view
+    added beside it shares only after a refresh.)"""
+    landing, warehouse = dirs
+    before = compile_text(ROLLUP + TABLE + BY_KP + BY_K, name="shop")
+    for seq in range(3):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    coarse = "CREATE VIEW totals AS SELECT k, SUM(v) AS s, MAX(x) AS top FROM t GROUP BY k;\n"
+    after = compile_text(ROLLUP + TABLE + BY_KP + BY_K + coarse, name="shop")
+    (share,) = after.shares
+    assert after.plan("totals").state_fingerprint == after.plan("by_kp").state_fingerprint
+    pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000)
+    assert pipeline.compiled.plan("totals").shares == share.owner
+    assert pipeline.run().applied == []  # a(state) at batch 2, regrouped
+    _check(warehouse, after, 2)
+    _land(landing, 3)
+    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
+    _check(warehouse, after, 3)
+    assert _states(warehouse) == {share.owner}
+
+
+def test_the_finer_view_removed_leaves_the_coarser_ones_their_state(spark, dirs):
+    """The view whose grouping keys the state leaves the program: the views regrouped
+    from the state keep it (still keyed by the removed view's grouping) rather than rebuild."""
+    landing, warehouse = dirs
+    before = compile_text(ROLLUP + TABLE + BY_KP + BY_K + BY_P, name="shop")
+    (share,) = before.shares
+    for seq in range(2):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    after = compile_text(ROLLUP + TABLE + BY_K + BY_P, name="shop")
+    _land(landing, 2)
+    pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000)
+    (kept,) = pipeline.compiled.shares
+    assert (kept.owner, kept.views, kept.retained) == (share.owner, ("by_k", "by_p"), ("by_kp",))
+    (applied,) = pipeline.run().applied
+    assert {m.answer_mode for m in applied.views} == {"rewrite"}
+    _check(warehouse, after, 2)
+    assert _states(warehouse) == {share.owner}

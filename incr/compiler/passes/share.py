@@ -15,6 +15,15 @@ from the merged state (:func:`~incr.compiler.passes.split_answer.answer_over_sta
 its answer is what it was, computed from the shared state; HAVING, ORDER BY and LIMIT
 stay the view's.
 
+With ``-- incr: share = rollup`` a group grouped by some of another group's keys joins
+it too (seed 003's BRR; CMORR when two such groupings combine into the state's): its views
+read the state regrouped by their own keys, each monoid element combined by the SQL
+aggregate that is its ⊗ (:attr:`~incr.algebra.monoids.Monoid.sql_regroup`), each bag by
+value with its counts summed (:class:`~incr.compiler.plan.Rollup`).  Only a grouping some
+view keeps is a state: one made up to combine groupings no view asks for could hold far
+more rows than any of them.  A regrouped answer is rewritten after every batch (a coarse
+group's rows are spread over the state's buckets), so this is a choice, not the default.
+
 Exactness is unchanged: the merged state holds every monoid element and bag each view
 needs (monoid inference lays them out as for one view computing all the aggregates), and
 deletions take them back exactly as they would in the view's own state.
@@ -42,7 +51,7 @@ from incr.compiler.ir import AggCall, Aggregate, JoinInput, Named, NamedAgg, Pro
 from incr.compiler.passes.derive_merge import derive_merge
 from incr.compiler.passes.infer_monoids import infer_monoids
 from incr.compiler.passes.split_answer import answer_over_state, split_answer
-from incr.compiler.plan import IncrementalPlan, StagePlan
+from incr.compiler.plan import IncrementalPlan, Regrouped, Rollup, StagePlan, StateTable
 from incr.compiler.program import Program, ViewDecl
 from incr.compiler.scalar import Scalar
 from incr.errors import IncrError
@@ -52,7 +61,9 @@ from incr.errors import IncrError
 MERGED_PASSES = (infer_monoids, split_answer, derive_merge)
 
 #: The seed's rewriting rules this pass applies, and what each shares.
-RULES = {"CGMRR": "one measure, several aggregate functions", "CGRR": "several measures"}
+RULES = {"CGMRR": "one measure, several aggregate functions", "CGRR": "several measures",
+         "BRR": "a coarser grouping answered from a finer one's state",
+         "CMORR": "one state on the combined grouping, each view a projection of it"}
 
 #: The first characters of a shared state's name (a view's state goes by the view's name).
 SHARED = "_shared_"
@@ -86,6 +97,9 @@ class Share:
     #: aggregates were merged: the runtime records it beside the state it creates, so a
     #: later program without some of them can keep the state (:data:`Retained`).
     recorded: tuple[tuple[str, str], ...] = ()
+    #: The views answered from the state regrouped by fewer keys (``share = rollup``), each
+    #: with its GROUP BY: BRR, and CMORR when their groupings combine into the state's.
+    rolled: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def describe(self) -> str:
         """One line for ``incr explain``."""
@@ -95,6 +109,12 @@ class Share:
         views = ", ".join(self.views)
         line = (f"{views} {'share' if len(self.views) > 1 else 'keeps'} state {self.owner}: "
                 f"{self.rule} ({how}) over {what}, one WHERE, GROUP BY {by}")
+        if self.rolled:
+            each = ", ".join(f"{v} (GROUP BY {', '.join(keys)})" for v, keys in self.rolled)
+            verb = "is" if len(self.rolled) == 1 else "are"
+            line += f"; {each} {verb} answered from it regrouped: BRR ({RULES['BRR']})"
+            if _combined(tuple(keys for _, keys in self.rolled)):
+                line += f", and CMORR ({RULES['CMORR']})"
         if self.retained:
             line += (f"; it still holds the aggregates of {', '.join(self.retained)}, no longer "
                      f"in the program, so {views} need no rebuild (a refresh of "
@@ -145,42 +165,133 @@ def share(program: Program, plans: tuple[IncrementalPlan, ...],
         groups.setdefault((_signature(c), labels.get(view, "")), []).append(view)
     kin = {v: [w for (sig, _), vs in groups.items() if sig == key[0] for w in vs]
            for key, views in groups.items() for v in views}
+    into = _rollups(groups, start) if program.options.rollup else {}
+    for label, recorded_views in retained.items():
+        # The views of a state kept as it is stay together, whatever grouping its removed
+        # views gave it (their groupings may each be a coarser one of it).
+        kept = [k for k in groups if k[1] == label and k not in into]
+        into.update({k: kept[0] for k in kept[1:]
+                     if any(c is not None for _, c in recorded_views)})
+    rolled: dict[tuple[object, str], list[str]] = {}
+    for from_key, to_key in into.items():
+        rolled.setdefault(to_key, []).extend(groups.pop(from_key))
     by_view = {p.view: p for p in plans}
     shares: list[Share] = []
     alone: list[tuple[str, str]] = []
     for (sig, label), views in groups.items():
-        recorded = _recorded(retained.get(label, ()), sig)
-        if len(views) < 2 and not any(c is not None for _, c in recorded):
-            c = start[views[0]]
-            others = [w for w in kin[views[0]] if w != views[0]]
-            why = (f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
-                   if not others else
-                   f"it keeps the state it is served from rather than rebuild it to share "
-                   f"with {', '.join(others)} (a refresh of the views regroups them)"
-                   if label != NEW else
-                   f"it is new beside {', '.join(others)}, which keep the state they are "
-                   f"served from")
-            alone.append((views[0], why))
+        recorded = _recorded(retained.get(label, ()), start[views[0]])
+        coarse = rolled.get((sig, label), [])
+        if len(views) + len(coarse) < 2 and not any(c is not None for _, c in recorded):
+            alone.append((views[0], _why_alone(program, start, groups, kin, views[0], label)))
             continue
+        members = views + coarse
         try:
-            group, planned = _merge(program, [start[v] for v in views],
-                                    [by_view[v] for v in views], label, recorded)
+            group, planned = _merge(program, [start[v] for v in members],
+                                    [by_view[v] for v in members], label, recorded)
         except IncrError as e:  # each view compiled alone: it keeps its own state, as it can
-            alone += [(v, f"the state of {', '.join(views)} cannot be merged ({e})") for v in views]
+            alone += [(v, f"the state of {', '.join(members)} cannot be merged ({e})")
+                      for v in members]
             continue
         shares.append(group)
         by_view.update(planned)
     return Sharing(tuple(by_view[p.view] for p in plans), tuple(shares), tuple(alone))
 
 
+def _why_alone(program: Program, start: dict[str, Compilation],
+               groups: dict[tuple[object, str], list[str]], kin: dict[str, list[str]],
+               view: str, label: str) -> str:
+    """Why ``view`` keeps a state of its own, for ``incr explain``."""
+    c = start[view]
+    others = [w for w in kin[view] if w != view]
+    if others:
+        return (f"it keeps the state it is served from rather than rebuild it to share "
+                f"with {', '.join(others)} (a refresh of the views regroups them)"
+                if label != NEW else
+                f"it is new beside {', '.join(others)}, which keep the state they are "
+                f"served from")
+    finer = [vs[0] for (_, lab), vs in groups.items()
+             if vs[0] != view and lab == label and _refines(start[vs[0]], c)]
+    if not c.lineage and program.options.rollup and any(
+            _input(start[vs[0]]) == _input(c) for vs in groups.values() if vs[0] != view):
+        return ("a global aggregate keeps its one-row state rather than read a grouped "
+                "state whole after every batch")
+    if finer and not program.options.rollup:
+        return (f"no other view reads {c.source.name} with the same WHERE and GROUP BY; "
+                f"{finer[0]}'s state has every key of its GROUP BY (BRR: -- incr: share = "
+                f"rollup answers it from there, rewriting its answer each batch)")
+    if finer:
+        return (f"no other view reads {c.source.name} with the same WHERE and GROUP BY, and "
+                f"its aggregates cannot be regrouped from {finer[0]}'s state (variance kept "
+                f"as moments, or a view served from a state of its own)")
+    return f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
+
+
+def _input(c: Compilation) -> object:
+    """The part of :func:`_signature` that is not the grouping: the input and the WHERE."""
+    return _signature(c)[:3]
+
+
+def _theta(c: Compilation) -> dict[str, str]:
+    """θ's columns by the expression each groups by."""
+    return {k.expr.sql: k.name for k in c.lineage or ()}
+
+
+def _refines(fine: Compilation, coarse: Compilation) -> bool:
+    """Whether ``fine`` groups the same input by every key of ``coarse`` and more.
+
+    ``coarse`` must have keys: a global aggregate keeps its one row rather than read the
+    whole of a finer state after every batch.
+    """
+    small, big = set(_theta(coarse)), set(_theta(fine))
+    return bool(small) and small < big and _input(fine) == _input(coarse)
+
+
+def _regroupable(c: Compilation) -> bool:
+    """Whether every state value ``c``'s aggregates keep combines by one SQL aggregate."""
+    inferred = infer_monoids(c)
+    return all(v.monoid.sql_regroup is not None
+               for a in inferred.aggregates or () for v in a.values)
+
+
+def _rollups(groups: dict[tuple[object, str], list[str]], start: dict[str, Compilation]
+             ) -> dict[tuple[object, str], tuple[object, str]]:
+    """Which groups are answered from another's state (BRR and CMORR), and from whose.
+
+    A group joins a group of the same input, WHERE and label grouped by all its keys and
+    more, one no other group refines (so views regroup from one state however their
+    groupings nest), and of those the one with the fewest keys (the fewest state rows per
+    group of its own).  Its views' aggregates must combine by one SQL aggregate each.
+    """
+    first = {key: start[views[0]] for key, views in groups.items()}
+    top = [k for k in groups if not any(
+        o != k and o[1] == k[1] and _refines(first[o], first[k]) for o in groups)]
+    into: dict[tuple[object, str], tuple[object, str]] = {}
+    for key, views in groups.items():
+        if key in top or not all(_regroupable(start[v]) for v in views):
+            continue
+        finer = [t for t in top if t[1] == key[1] and _refines(first[t], first[key])]
+        if finer:
+            into[key] = min(finer, key=lambda t: len(_theta(first[t])))
+    return into
+
+
+def _combined(groupings: tuple[tuple[str, ...], ...]) -> bool:
+    """Whether two of ``groupings`` are not one within the other (CMORR rather than BRR)."""
+    sets = [set(g) for g in groupings]
+    return any(not (a <= b or b <= a) for i, a in enumerate(sets) for b in sets[i + 1:])
+
+
 def _recorded(recorded: tuple[tuple[str, Compilation | None], ...],
-              signature: object) -> tuple[tuple[str, Compilation | None], ...]:
+              first: Compilation) -> tuple[tuple[str, Compilation | None], ...]:
     """The views a state was built for, if it can be kept as it is.
 
     It can when the removed ones among them (those with a compilation) read the group's
-    input as its views do; else none.
+    input as its views do (``first`` is one of them), grouped alike, or one grouping within
+    the other (views it answered regrouped, or the view whose grouping it kept); else none.
     """
-    if any(c is not None and _signature(c) != signature for _, c in recorded):
+    signature = _signature(first)
+    if any(c is not None and _signature(c) != signature and not _refines(first, c)
+           and not _refines(c, first) for _, c in recorded):
         return ()
     return recorded
 
@@ -209,7 +320,7 @@ def why_alone(plan: IncrementalPlan, view: ViewDecl) -> str | None:
     return None
 
 
-def _signature(c: Compilation) -> object:
+def _signature(c: Compilation) -> tuple[object, ...]:
     """What views must have in common to share a state.
 
     The input (branches), the rows the Aggregate reads (the WHERE under it) and θ, with
@@ -299,6 +410,9 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     merging = [(n, c if c is not None else by_name[n]) for n, c in recorded
                if c is not None or n in by_name]
     merging += [(p.view, c) for p, c in zip(plans, members) if p.view not in dict(merging)]
+    # The finest grouping first: the state is keyed by it (a stable sort: views grouped
+    # alike keep their order, and so the state its layout).
+    merging.sort(key=lambda m: -len(_theta(m[1])))
     first = _widened(program, [c for _, c in merging])
     agg = _aggregate(first)
     calls: list[AggCall] = []
@@ -328,6 +442,9 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     elif label:
         owner = label
     planned: dict[str, IncrementalPlan] = {}
+    theta = _theta(first)
+    grouping = tuple(str(k.expr) for k in first.lineage or ())
+    rolled: list[tuple[str, tuple[str, ...]]] = []
     for c, plan, renamed in zip(members, plans, names):
         aggregates = tuple(replace(states[renamed[a.name]], name=a.name)
                            for a in _aggregate(c).aggs)
@@ -335,6 +452,13 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
         bags = tuple(b for b in merged.answer.bags
                      if re.search(rf"\b{re.escape(b.alias)}\.", finals))
         answer = answer_over_state(c, c.rel, aggregates, bags, merged.answer.main, None)
+        if set(_theta(c)) != set(theta):  # a coarser grouping: BRR/CMORR
+            read = {answer.main, *(b.table for b in bags)}
+            answer = replace(answer, rollup=Rollup(
+                keys=tuple((theta[expr], name) for expr, name in _theta(c).items()),
+                tables=tuple(_regrouped(t) for t in merged.tables or () if t.name in read),
+                of=grouping))
+            rolled.append((plan.view, tuple(str(k.expr) for k in c.lineage or ())))
         own: StagePlan = replace(stage, answer=answer, logical=c.rel,
                                  output=tuple(e.name for e in answer.exprs))
         planned[plan.view] = replace(plan, stages=(own,), shares=owner)
@@ -343,10 +467,23 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     selects = {v.name: v.select for v in program.views}
     selects.update({n: c.view.select for n, c in recorded if c is not None})
     return Share(owner=owner, views=tuple(p.view for p in plans), source=first.source.name,
-                 grouping=tuple(str(k.expr) for k in first.lineage or ()), rule=rule,
-                 join=not first.direct,
+                 grouping=grouping, rule=rule, join=not first.direct,
                  retained=tuple(n for n, c in recorded if c is not None),
-                 recorded=tuple((n, selects[n]) for n, _ in merging)), planned
+                 recorded=tuple((n, selects[n]) for n, _ in merging),
+                 rolled=tuple(rolled)), planned
+
+
+def _regrouped(table: StateTable) -> Regrouped:
+    """How a coarser grouping reads ``table``.
+
+    By its keys beside θ, each value combined by its monoid's SQL aggregate; the values no
+    aggregate combines (another view's moments, say) are left out: that view is not the
+    one regrouped.
+    """
+    by = (table.value_key.name,) if table.value_key is not None else ()
+    combined = tuple((col, v.monoid.sql_regroup) for v in table.values
+                     if v.monoid.sql_regroup is not None for col in v.columns)
+    return Regrouped(table.name, by, combined)
 
 
 def owner_prefix(program: str) -> str:
