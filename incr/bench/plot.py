@@ -229,7 +229,9 @@ def plot_iterative(rows: list[dict], path: Path, title: str) -> None:
 SHARING = {"on": ("sharing on (one state per source, WHERE and GROUP BY)",
                    {"color": "tab:blue", "marker": "o", "lw": 2.2}),
            "off": ("sharing off (a state per view)",
-                   {"color": "tab:red", "marker": "s", "ls": "--"})}
+                   {"color": "tab:red", "marker": "s", "ls": "--"}),
+           "rollup": ("sharing with rollup (coarser groupings from a finer state too)",
+                      {"color": "tab:purple", "marker": "^", "lw": 1.8})}
 
 
 def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None:
@@ -256,7 +258,7 @@ def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None
                         color=style["color"], alpha=0.12, lw=0)
         for n, m in zip(counts, medians):
             ax.annotate(f"{m / medians[0]:.2g}×", (n, m), textcoords="offset points",
-                        xytext=(6, 6 if share == "on" else -12), fontsize=8.5,
+                        xytext=(6, {"on": 6, "off": -12}.get(share, 16)), fontsize=8.5,
                         color=style["color"])
         if share == "on":
             base_on = medians[0]

@@ -1,11 +1,13 @@
-"""``incr bench sharing``: many views over one stream, with the share pass on and off (issue 18).
+"""``incr bench sharing``: many views over one stream, with the share pass on, off and rolling up (issue 18).
 
 Issue 18 ("many views, one pass"): views of one program that read the same source with the
 same WHERE and the same GROUP BY keep **one** state (one fold and one MERGE per batch), and
 each view's answer is computed from it.  The header line ``-- incr: share = on`` (the
-default) or ``share = off`` switches it.  This benchmark measures what that saves: the time
-of an increment as the number of views grows, with sharing on and off, in one run on one
-SparkSession, so the ratios compare like with like.
+default) or ``share = off`` switches it, and ``share = rollup`` also answers views grouped by
+some of another view's keys from that view's state, regrouped (BRR, CMORR).  This benchmark
+measures what each saves: the time of an increment as the number of views grows, with
+sharing on, off and rolling up, in one run on one SparkSession, so the ratios compare like
+with like.
 
 **The program** declares a fact stream ``sales(region, product, customer, amount, qty)`` and
 a small dimension ``customers(customer, segment)``; its views are the first N of
@@ -20,22 +22,22 @@ initial load of ``initial`` sales rows (and the 2,000 customers, landed once), t
 ``increments`` increments of ``increment`` rows; every third increment deletes that many
 rows drawn from the live ones (landed under ``sales/_deletes/``).
 
-**Per N**, two programs, sharing on and off, each on a fresh landing (hard links to the
-generated files) and warehouse; ``Pipeline.run(through=…)`` applies one step at a time, timed
-end to end (wall clock), with incr's own breakdown from its batch reports.  The two take each
-step in turn, the first of them alternating, so load from elsewhere on the machine falls on
-both alike.  After the last increment every view's answer is compared with the DuckDB oracle
+**Per N**, three programs (:data:`SETTINGS`: sharing on, off and rollup), each on a fresh
+landing (hard links to the generated files) and warehouse; ``Pipeline.run(through=…)``
+applies one step at a time, timed end to end (wall clock), with incr's own breakdown from
+its batch reports.  They take each step in turn, the first of them rotating, so load from
+elsewhere on the machine falls on all alike.  After the last increment every view's answer is compared with the DuckDB oracle
 (:mod:`incr.oracle`) over the live rows; any difference makes the run exit 1, after its
 outputs are written.
 
-A tiny unrecorded run of the largest N, share on and off, first warms the JVM and the
+A tiny unrecorded run of the largest N, in every setting, first warms the JVM and the
 driver's SQL translations, so the first configuration does not carry one-off costs the
 others are spared.
 
 Outputs in ``--out DIR``:
 
 * ``sharing.csv``: one row per configuration and step (:data:`COLUMNS`);
-* ``sharing.png``: median time per increment against N, share on and off
+* ``sharing.png``: median time per increment against N, one line per setting
   (:func:`incr.bench.plot.plot_sharing`);
 * ``sharing.md``: the summary table, the catalogue and every step;
 * ``sharing.json``: machine, settings, command line, the summary (per N: the medians, their
@@ -159,14 +161,19 @@ SHAPES = {
 }
 
 
-def program_text(views: int, share: bool) -> str:
-    """The program of the first ``views`` views of :data:`CATALOGUE`, sharing on or off."""
-    header = f"-- incr: buckets = 8\n-- incr: share = {'on' if share else 'off'}\n"
+#: The share settings measured, in the order they take a step (rotated from step to step).
+SETTINGS = ("on", "off", "rollup")
+
+
+def program_text(views: int, share: str) -> str:
+    """The program of the first ``views`` views of :data:`CATALOGUE`, with ``share`` (one
+    of :data:`SETTINGS`) in its header."""
+    header = f"-- incr: buckets = 8\n-- incr: share = {share}\n"
     body = "".join(f"CREATE VIEW {v.name} AS\n{v.select};\n" for v in CATALOGUE[:views])
     return header + SOURCES + body
 
 
-def compile_views(views: int, share: bool) -> CompiledProgram:
+def compile_views(views: int, share: str) -> CompiledProgram:
     """:func:`program_text`, compiled."""
     from incr.compiler import compile_text
 
@@ -248,7 +255,7 @@ BREAKDOWN = ("read_s", "index_s", "h_s", "merge_s", "answer_s", "other_s")
 
 @dataclass
 class Row:
-    """One measured step of one configuration (N views, sharing on or off)."""
+    """One measured step of one configuration (N views, one of :data:`SETTINGS`)."""
 
     name: str
     views: int
@@ -305,14 +312,14 @@ class Oracle:
 
 
 class Configuration:
-    """One program (the first N views, sharing on or off) on its own landing and warehouse."""
+    """One program (the first N views, one share setting) on its own landing and warehouse."""
 
-    def __init__(self, spark: SparkSession, views: int, share: bool, work: Path, data: Path):
+    def __init__(self, spark: SparkSession, views: int, share: str, work: Path, data: Path):
         from incr.runtime.pipeline import Pipeline
 
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(data, work / "landing", copy_function=os.link)
-        self.views, self.setting, self.work = views, "on" if share else "off", work
+        self.views, self.setting, self.work = views, share, work
         self.warehouse = work / "warehouse"
         self.compiled = compile_views(views, share)
         self.pipeline = Pipeline(self.compiled, work / "landing", self.warehouse, spark=spark)
@@ -336,7 +343,7 @@ class Configuration:
                              step.rows, seconds, parts, state_tables(self.warehouse),
                              load1=os.getloadavg()[0]))
         if log:
-            print(f"  {self.views:>2} views, share {self.setting:<3}: batch {step.index} "
+            print(f"  {self.views:>2} views, share {self.setting:<6}: batch {step.index} "
                   f"({step.kind}, {step.rows:,} rows): {seconds:.2f} s", file=log, flush=True)
 
     def check(self, oracle: Oracle) -> list[str]:
@@ -349,25 +356,26 @@ class Configuration:
 def run_views(spark: SparkSession, views: int, work: Path, data: Path, steps: list[Increment],
               oracle: Oracle | None, log: TextIO | None,
               keep_work: bool = False) -> tuple[list[Row], list[str]]:
-    """Applies ``steps`` to the first ``views`` views with sharing on and with it off.
+    """Applies ``steps`` to the first ``views`` views in each of :data:`SETTINGS`.
 
-    The two programs take each step in turn (which goes first alternates), so load from
-    elsewhere on the machine falls on both alike.
+    The programs take each step in turn (which goes first rotates), so load from elsewhere
+    on the machine falls on all alike.
 
     Returns:
         The rows and, when ``oracle`` is given, each view that differs from it after the
         last step.
     """
-    pair = [Configuration(spark, views, share, work / f"views-{views}-{setting}", data)
-            for share, setting in ((True, "on"), (False, "off"))]
+    configs = [Configuration(spark, views, share, work / f"views-{views}-{share}", data)
+               for share in SETTINGS]
     for step in steps:
-        for config in pair if step.index % 2 == 0 else pair[::-1]:
+        turn = step.index % len(configs)
+        for config in configs[turn:] + configs[:turn]:
             config.apply(step, steps[0].rows, log)
-    problems = [p for c in pair for p in c.check(oracle)] if oracle is not None else []
+    problems = [p for c in configs for p in c.check(oracle)] if oracle is not None else []
     if not keep_work:
-        for config in pair:
+        for config in configs:
             shutil.rmtree(config.work, ignore_errors=True)
-    return [r for c in pair for r in c.rows], problems
+    return [r for c in configs for r in c.rows], problems
 
 
 # -- the summary -----------------------------------------------------------------------------
@@ -380,10 +388,11 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def summary(rows: list[Row], target: float = TARGET) -> dict:
-    """Per N: median time per increment on and off, its ratio to the smallest N, the target.
+    """Per N: median time per increment in each setting, its ratio to the smallest N, the target.
 
-    ``within_target`` says whether sharing keeps N views within ``target`` of the smallest N
-    (one view in the default run); the last N's verdict is the issue's target.
+    ``within_target`` says whether sharing (on, or rolling up) keeps N views within
+    ``target`` of the smallest N with sharing on (one view in the default run); the last N's
+    verdict is the issue's target.
     """
     def median(n: int, share: str, batch: int | None = None) -> float | None:
         return _median([r.seconds for r in rows if r.views == n and r.share == share
@@ -394,22 +403,23 @@ def summary(rows: list[Row], target: float = TARGET) -> dict:
                    default=None)
 
     counts = sorted({r.views for r in rows})
-    base = {s: median(counts[0], s) for s in ("on", "off")}
+    base = {s: median(counts[0], s) for s in SETTINGS}
     per_n = {}
     for n in counts:
-        on, off = median(n, "on"), median(n, "off")
-        ratio_on = _ratio(on, base["on"])
-        per_n[str(n)] = {
-            "median_on_s": on, "median_off_s": off,
-            "on_over_base": ratio_on, "off_over_base": _ratio(off, base["off"]),
-            "off_over_on": _ratio(off, on),
-            "initial_on_s": median(n, "on", 0), "initial_off_s": median(n, "off", 0),
-            "state_tables_on": tables(n, "on"), "state_tables_off": tables(n, "off"),
-            "within_target": ratio_on is not None and ratio_on <= target,
-        }
+        at = {s: median(n, s) for s in SETTINGS}
+        per_n[str(n)] = {f"median_{s}_s": at[s] for s in SETTINGS}
+        per_n[str(n)] |= {f"{s}_over_base": _ratio(at[s], base[s]) for s in SETTINGS}
+        per_n[str(n)] |= {"off_over_on": _ratio(at["off"], at["on"]),
+                          "off_over_rollup": _ratio(at["off"], at["rollup"])}
+        per_n[str(n)] |= {f"initial_{s}_s": median(n, s, 0) for s in SETTINGS}
+        per_n[str(n)] |= {f"state_tables_{s}": tables(n, s) for s in SETTINGS}
+        # both sharing settings against one view with sharing on
+        shared = [_ratio(at[s], base["on"]) for s in ("on", "rollup")]
+        per_n[str(n)]["within_target"] = any(r is not None and r <= target for r in shared)
     last = per_n[str(counts[-1])]
     return {"baseline_views": counts[0], "target_factor": target,
             "target": {"views": counts[-1], "on_over_base": last["on_over_base"],
+                       "rollup_over_base": _ratio(last["median_rollup_s"], base["on"]),
                        "off_over_base": last["off_over_base"], "met": last["within_target"]},
             "by_views": per_n}
 
@@ -419,8 +429,9 @@ def _cell(value: object) -> str:
 
 
 #: The per-N table of :func:`markdown`.
-SUMMARY_HEAD = ("| views | on | off | on ÷ base | off ÷ base | off ÷ on | state tables on / off "
-                "| initial on / off | within target |\n|" + "---:|" * 9)
+SUMMARY_HEAD = ("| views | on | off | rollup | on ÷ base | off ÷ base | rollup ÷ base | off ÷ on "
+                "| state tables on / off / rollup | initial on / off / rollup | within target "
+                "|\n|" + "---:|" * 11)
 #: The per-step table of :func:`markdown`.
 STEPS_HEAD = ("| views | share | batch | kind | rows | seconds | h | MERGE | answer | other | "
               "state tables | check |\n|" + "---:|" * 12)
@@ -432,13 +443,14 @@ def markdown(rows: list[Row], summ: dict) -> str:
     intro = (f"Median seconds per increment ({rows[0].initial_rows:,} initial sales rows, "
              f"increments of {increment:,} rows, every third a delete); ratios are to "
              f"{summ['baseline_views']} view(s); target: within {summ['target_factor']}× with "
-             f"sharing on.\n")
+             f"sharing on (or rollup).\n")
     out = [f"# incr bench {NAME}\n", intro, SUMMARY_HEAD]
-    out += [f"| {n} | {_cell(s['median_on_s'])} | {_cell(s['median_off_s'])} | "
-            f"{_cell(s['on_over_base'])}× | {_cell(s['off_over_base'])}× | "
-            f"{_cell(s['off_over_on'])}× | {s['state_tables_on']} / {s['state_tables_off']} | "
-            f"{_cell(s['initial_on_s'])} / {_cell(s['initial_off_s'])} | "
-            f"{'yes' if s['within_target'] else 'no'} |" for n, s in summ["by_views"].items()]
+    out += [f"| {n} | " + "".join(f"{_cell(s[f'median_{k}_s'])} | " for k in SETTINGS)
+            + "".join(f"{_cell(s[f'{k}_over_base'])}× | " for k in SETTINGS)
+            + f"{_cell(s['off_over_on'])}× | "
+            + " / ".join(str(s[f"state_tables_{k}"]) for k in SETTINGS) + " | "
+            + " / ".join(_cell(s[f"initial_{k}_s"]) for k in SETTINGS) + " | "
+            + f"{'yes' if s['within_target'] else 'no'} |" for n, s in summ["by_views"].items()]
     out += ["", "The views (N views = the first N):\n", "| # | view | shape | SELECT |",
             "|---:|---|---|---|"]
     out += [f"| {i} | {v.name} | {v.shape}: {SHAPES[v.shape]} | `{v.select}` |"
@@ -466,8 +478,8 @@ def read_csv(path: Path) -> list[Row]:
 def title(rows: list[Row]) -> str:
     """The figure's title: what ran, on how much data, and how to read it."""
     increment = max((r.rows for r in rows if r.batch > 0), default=0)
-    return (f"{NAME}: the first N of {len(CATALOGUE)} views over one sales stream, share on and "
-            f"off\n{rows[0].initial_rows:,} initial rows, increments of {increment:,} rows "
+    return (f"{NAME}: the first N of {len(CATALOGUE)} views over one sales stream, share on, "
+            f"off and rollup\n{rows[0].initial_rows:,} initial rows, increments of {increment:,} rows "
             f"(every 3rd deletes) — median time per increment, lower is better")
 
 
@@ -485,7 +497,7 @@ def run_sharing(out: Path, views: tuple[int, ...] = DEFAULT_VIEWS,
                 increments: int = DEFAULT_INCREMENTS, *, warm_up: bool = True,
                 keep_work: bool = False, spark: SparkSession | None = None,
                 log: TextIO | None = sys.stdout, command: str | None = None) -> int:
-    """Runs every N of ``views`` with sharing on and off; writes the outputs.
+    """Runs every N of ``views`` in each of :data:`SETTINGS`; writes the outputs.
 
     Returns:
         0 when every answer equals the oracle's, 1 when one differs, 2 for a number of
@@ -507,7 +519,7 @@ def run_sharing(out: Path, views: tuple[int, ...] = DEFAULT_VIEWS,
     t_start = time.perf_counter()
     if warm_up:
         # The JVM's first jobs and the driver's first translation of each view's SQL are
-        # one-off costs; the largest program, on and off, takes them before anything counts.
+        # one-off costs; the largest program, in every setting, takes them before anything counts.
         tiny = land(work / "warm-up" / "data", 2_000, 50, DELETE_EVERY)
         run_views(spark, views[-1], work / "warm-up", work / "warm-up" / "data", tiny, None, None)
     data = work / "data"
@@ -532,7 +544,7 @@ def run_sharing(out: Path, views: tuple[int, ...] = DEFAULT_VIEWS,
         "machine": before, "load_after": machine_info(spark)["loadavg"],
         "wall_s": round(time.perf_counter() - t_start, 1),
         # every configuration's views, after its last increment
-        "oracle": {"checked_views": 2 * sum(views), "mismatches": mismatches},
+        "oracle": {"checked_views": len(SETTINGS) * sum(views), "mismatches": mismatches},
         "summary": summ,
     }
     (out / f"{NAME}.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
@@ -551,12 +563,13 @@ def _report(out: Path, meta: dict, log: TextIO) -> None:
     for n, s in summ["by_views"].items():
         print(f"{n:>2} views: median per increment on {s['median_on_s']} s "
               f"({s['on_over_base']}× {summ['baseline_views']} view(s)), off "
-              f"{s['median_off_s']} s ({s['off_over_base']}×); off/on {s['off_over_on']}×",
-              file=log)
+              f"{s['median_off_s']} s ({s['off_over_base']}×), rollup {s['median_rollup_s']} s "
+              f"({s['rollup_over_base']}×); off/on {s['off_over_on']}×", file=log)
     t = summ["target"]
     print(f"target ({t['views']} views within {summ['target_factor']}× of "
           f"{summ['baseline_views']}, sharing on): {'met' if t['met'] else 'NOT met'} "
-          f"({t['on_over_base']}× on, {t['off_over_base']}× off)", file=log)
+          f"({t['on_over_base']}× on, {t['rollup_over_base']}× rollup, "
+          f"{t['off_over_base']}× off)", file=log)
 
 
 def main_args(out: Path, views: tuple[int, ...] | None, initial: int | None,

@@ -1,8 +1,8 @@
 """``incr bench sharing``: the catalogue, the data, and a tiny run end to end.
 
 Timings are never asserted (benchmarks are not timed tests).  What is checked: every view of
-the catalogue compiles with the share pass on and off, the data is deterministic and its
-deletes remove live rows, and a tiny run writes every output with both settings measured and
+the catalogue compiles with every share setting (on, off, rollup), the data is deterministic and its
+deletes remove live rows, and a tiny run writes every output with every setting measured and
 every answer compared with the DuckDB oracle.
 """
 
@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from incr.bench.sharing import (
     CATALOGUE,
     COLUMNS,
+    SETTINGS,
     SHAPES,
     Row,
     compile_views,
@@ -31,20 +32,27 @@ from incr.bench.sharing import (
 from incr.cli import _parser
 
 
-def test_the_catalogue_compiles_with_sharing_on_and_off() -> None:
+def test_the_catalogue_compiles_in_every_share_setting() -> None:
     assert len(CATALOGUE) == 20 and len({v.name for v in CATALOGUE}) == 20
     assert {v.shape for v in CATALOGUE} == set(SHAPES)
-    for share in (True, False):
+    states = {}
+    for share in SETTINGS:
         compiled = compile_views(20, share)
-        assert compiled.program.options.share is share
+        assert compiled.program.options.share is (share != "off")
+        assert compiled.program.options.rollup is (share == "rollup")
         assert [p.view for p in compiled.plans] == [v.name for v in CATALOGUE]
-    assert "-- incr: share = off" in program_text(3, False) and program_text(3, True).count(
+        states[share] = len({p.state_owner for p in compiled.plans})
+    # rollup answers the product and (region, product) views from one state with the region ones
+    assert states["off"] == 20 and states["rollup"] < states["on"] < states["off"]
+    rolled = {v for s in compile_views(20, "rollup").shares for v, _ in s.rolled}
+    assert {v.name for v in CATALOGUE if v.shape in ("CMORR", "CGMRR", "CGRR")} & rolled
+    assert "-- incr: share = off" in program_text(3, "off") and program_text(3, "on").count(
         "CREATE VIEW") == 3
     # Most views group sales by region; the first five already mix the shapes and the join.
     assert sum(v.select.endswith("GROUP BY region") and "WHERE" not in v.select
                for v in CATALOGUE) >= 10
     assert {v.shape for v in CATALOGUE[:5]} == {"base", "CGMRR", "CMORR", "join"}
-    assert [sorted(p.sources) for p in compile_views(5, True).plans][4] == ["customers", "sales"]
+    assert [sorted(p.sources) for p in compile_views(5, "on").plans][4] == ["customers", "sales"]
 
 
 def test_data_is_deterministic_and_deletes_remove_live_rows(tmp_path: Path) -> None:
@@ -75,35 +83,42 @@ def test_summary_gives_each_settings_ratio_to_the_fewest_views_and_the_target() 
                 for batch, s in enumerate(seconds)]
 
     summ = summary(rows(1, "on", [9.0, 0.2, 0.4, 0.3]) + rows(1, "off", [9.0, 0.3, 0.3, 0.3])
-                   + rows(20, "on", [50.0, 0.5, 0.4, 0.45]) + rows(20, "off", [90, 3.0, 2.7, 2.4]))
+                   + rows(1, "rollup", [9.0, 0.4, 0.4, 0.4])
+                   + rows(20, "on", [50.0, 0.5, 0.4, 0.45]) + rows(20, "off", [90, 3.0, 2.7, 2.4])
+                   + rows(20, "rollup", [40.0, 0.6, 0.6, 0.6]))
     one, twenty = summ["by_views"]["1"], summ["by_views"]["20"]
     assert one["median_on_s"] == 0.3 and one["initial_on_s"] == 9.0  # batch 0 apart
     assert twenty["on_over_base"] == 1.5 and twenty["off_over_base"] == 9.0
-    assert twenty["off_over_on"] == 6.0 and twenty["within_target"]
-    assert twenty["state_tables_off"] == 20
+    assert twenty["rollup_over_base"] == 1.5 and twenty["initial_rollup_s"] == 40.0
+    assert twenty["off_over_on"] == 6.0 and twenty["off_over_rollup"] == 4.5
+    assert twenty["within_target"] and twenty["state_tables_off"] == 20
     assert summ["baseline_views"] == 1
-    assert summ["target"] == {"views": 20, "on_over_base": 1.5, "off_over_base": 9.0, "met": True}
+    assert summ["target"] == {"views": 20, "on_over_base": 1.5, "rollup_over_base": 2.0,
+                              "off_over_base": 9.0, "met": True}
     missed = summary(rows(1, "on", [1, 0.2]) + rows(2, "on", [1, 0.31]))
     assert missed["target"]["met"] is False and missed["by_views"]["2"]["off_over_on"] is None
+    # rollup within the target (against one view with sharing on) meets it too
+    rolled = summary(rows(1, "on", [1, 0.2]) + rows(2, "on", [1, 0.5]) + rows(2, "rollup", [1, 0.3]))
+    assert rolled["target"]["met"] is True and rolled["target"]["rollup_over_base"] == 1.5
 
 
-def test_tiny_run_measures_both_settings_and_checks_every_answer(spark, tmp_path: Path) -> None:
+def test_tiny_run_measures_every_setting_and_checks_every_answer(spark, tmp_path: Path) -> None:
     code = run_sharing(tmp_path, views=(1, 5), initial=2_000, increment=50, increments=3,
                        warm_up=False, spark=spark, log=None, command="test")
     assert code == 0
     with (tmp_path / "sharing.csv").open(newline="") as fh:
         assert next(csv.reader(fh)) == COLUMNS
     rows = read_csv(tmp_path / "sharing.csv")
-    assert [(r.views, r.share) for r in rows if r.batch == 0] == [(1, "on"), (1, "off"),
-                                                                  (5, "on"), (5, "off")]
-    for n, share in ((1, "on"), (1, "off"), (5, "on"), (5, "off")):
+    assert [(r.views, r.share) for r in rows if r.batch == 0] == [
+        (n, s) for n in (1, 5) for s in SETTINGS]
+    for n, share in ((n, s) for n in (1, 5) for s in SETTINGS):
         run = [r for r in rows if r.views == n and r.share == share]
         assert [(r.batch, r.kind, r.rows) for r in run] == [
             (0, "insert", 2_000), (1, "insert", 50), (2, "insert", 50), (3, "delete", 50)]
         assert all(isinstance(r.seconds, float) and r.state_tables > 0 for r in run)  # recorded
         assert [r.check for r in run] == ["", "", "", "ok"]  # the oracle, after the last step
     meta = json.loads((tmp_path / "sharing.json").read_text())
-    assert meta["oracle"] == {"checked_views": 12, "mismatches": []}
+    assert meta["oracle"] == {"checked_views": 18, "mismatches": []}
     assert meta["machine"]["spark"] == spark.version and meta["command"] == "test"
     by_views = meta["summary"]["by_views"]
     assert set(by_views) == {"1", "5"} and by_views["1"]["on_over_base"] == 1.0
