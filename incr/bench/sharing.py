@@ -26,9 +26,9 @@ rows drawn from the live ones (landed under ``sales/_deletes/``).
 landing (hard links to the generated files) and warehouse; ``Pipeline.run(through=…)``
 applies one step at a time, timed end to end (wall clock), with incr's own breakdown from
 its batch reports.  They take each step in turn, the first of them rotating, so load from
-elsewhere on the machine falls on all alike.  After the last increment every view's answer is compared with the DuckDB oracle
-(:mod:`incr.oracle`) over the live rows; any difference makes the run exit 1, after its
-outputs are written.
+elsewhere on the machine falls on all alike.  After the last increment every view's answer
+is compared with the DuckDB oracle (:mod:`incr.oracle`) over the live rows; any difference
+makes the run exit 1, after its outputs are written.
 
 A tiny unrecorded run of the largest N, in every setting, first warms the JVM and the
 driver's SQL translations, so the first configuration does not carry one-off costs the
@@ -166,8 +166,10 @@ SETTINGS = ("on", "off", "rollup")
 
 
 def program_text(views: int, share: str) -> str:
-    """The program of the first ``views`` views of :data:`CATALOGUE`, with ``share`` (one
-    of :data:`SETTINGS`) in its header."""
+    """The program of the first ``views`` views of :data:`CATALOGUE`.
+
+    Its header sets ``share`` (one of :data:`SETTINGS`).
+    """
     header = f"-- incr: buckets = 8\n-- incr: share = {share}\n"
     body = "".join(f"CREATE VIEW {v.name} AS\n{v.select};\n" for v in CATALOGUE[:views])
     return header + SOURCES + body
