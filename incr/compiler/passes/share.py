@@ -170,11 +170,16 @@ def share(program: Program, plans: tuple[IncrementalPlan, ...],
         # The views of a state kept as it is stay together, whatever grouping its removed
         # views gave it (their groupings may each be a coarser one of it).
         kept = [k for k in groups if k[1] == label and k not in into]
-        into.update({k: kept[0] for k in kept[1:]
-                     if any(c is not None for _, c in recorded_views)})
+        if any(c is not None for _, c in recorded_views):
+            into.update({k: kept[0] for k in kept[1:]})
     rolled: dict[tuple[object, str], list[str]] = {}
-    for from_key, to_key in into.items():
-        rolled.setdefault(to_key, []).extend(groups.pop(from_key))
+    for from_key in into:
+        to_key = into[from_key]
+        while to_key in into:
+            to_key = into[to_key]
+        rolled.setdefault(to_key, []).extend(groups[from_key])
+    for from_key in into:
+        del groups[from_key]
     by_view = {p.view: p for p in plans}
     shares: list[Share] = []
     alone: list[tuple[str, str]] = []
