@@ -68,6 +68,9 @@ SMALL_FILE_BYTES = 4 * 1024 * 1024
 #: Answer files are written at about this size (sorted by key), so a MERGE of a few groups
 #: rewrites a few files, not the whole answer.
 ANSWER_TARGET_FILE_BYTES = 8 * 1024 * 1024
+#: Whole tables a run keeps once read, for the next read of the same version (the views
+#: sharing a state read its tables alike): at most this many rows in all.
+READ_CACHE_ROWS = 1_000_000
 #: The row index's log of +/- counts is folded once it holds more files than this.
 ROW_INDEX_COMPACT_FILES = 32
 #: The ledger's event log is folded once it holds more files than this.

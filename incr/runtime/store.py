@@ -52,7 +52,7 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 from incr.compiler.plan import BUCKET
 from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
-from incr.config import DELETED_ROWS, DELETED_SHARE, SMALL_FILE_BYTES, settings
+from incr.config import DELETED_ROWS, DELETED_SHARE, READ_CACHE_ROWS, SMALL_FILE_BYTES, settings
 from incr.errors import OutOfRangeError, StorageError
 from incr.runtime import deletion, deltalog, lookup, mirror, parallel
 from incr.runtime.types import nullable
@@ -128,6 +128,14 @@ class DeltaStore:
         #: stamp it was read at: a run asks it of every state table once per view per batch,
         #: and delta-rs answers from the whole log each time.
         self._batches: dict[str, tuple[int, tuple[int, int] | None, int | None]] = {}
+        #: The newest commit info of each kept table, by the version and commit stamp it was
+        #: read at: every view asks it of its answer table several times a batch
+        #: (:meth:`last_commit`), and delta-rs reads the log's newest commits each time.
+        self._commits: dict[str, tuple[int, tuple[int, int] | None, dict[str, Any]]] = {}
+        #: Whole tables read (:meth:`read`), by the version and commit stamp they were read
+        #: at: the views sharing a state each read its tables at the same version.  Only
+        #: tables of at most :data:`READ_CACHE_ROWS` rows, and that many rows in all.
+        self._reads: dict[str, tuple[int, tuple[int, int] | None, pa.Table]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -256,7 +264,7 @@ class DeltaStore:
     def forget(self, path: str | Path) -> None:
         """Drops kept tables at or under ``path`` (after removing them)."""
         root = str(path)
-        for kept in (self._open, self._adds, self._found):
+        for kept in (self._open, self._adds, self._found, self._commits, self._reads):
             for key in [k for k in kept if k == root or k.startswith(root.rstrip("/") + "/")]:
                 del kept[key]
 
@@ -340,6 +348,8 @@ class DeltaStore:
         """
         if version is None:
             dt = self.table(path)
+            if buckets is None and columns is None:
+                return self._read_whole(str(path), dt)
             partitions = _bucket_filter(tuple(dt.metadata().partition_columns), buckets)
             if partitions == []:
                 return pa.schema(dt.schema().to_arrow()).empty_table()
@@ -348,6 +358,21 @@ class DeltaStore:
             dt.load_as_version(version)
             partitions = None
         return _rows(dt, path, partitions, columns=columns)
+
+    def _read_whole(self, key: str, dt: DeltaTable) -> pa.Table:
+        """The current version's rows, read once per version and commit (:attr:`_reads`)."""
+        version, stamp = dt.version(), self._open[key][1]  # table() keeps what it opens
+        seen = self._reads.get(key)
+        if stamp is not None and seen is not None and seen[:2] == (version, stamp):
+            self._reads[key] = self._reads.pop(key)  # the most recently used goes last
+            return seen[2]
+        rows = _rows(dt, key)
+        self._reads.pop(key, None)
+        if stamp is not None and rows.num_rows <= READ_CACHE_ROWS:
+            self._reads[key] = (version, stamp, rows)
+            while sum(r.num_rows for _, _, r in self._reads.values()) > READ_CACHE_ROWS:
+                del self._reads[next(iter(self._reads))]
+        return rows
 
     def read_matching(self, path: str | Path, matching: Mapping[str, pa.Array],
                       buckets: Iterable[int] | None = None, every: bool = False,
@@ -406,16 +431,22 @@ class DeltaStore:
     def last_commit(self, path: str | Path) -> dict[str, Any]:
         """The commit info (custom metadata included) of the newest commit that is not
         housekeeping; empty when there is none (or no table)."""
+        key = str(path)
         if not self.exists(path):
             return {}
+        version, stamp = self.table(path).version(), self._open[key][1]
+        seen = self._commits.get(key)
+        if stamp is not None and seen is not None and seen[:2] == (version, stamp):
+            return dict(seen[2])
+        found: dict[str, Any] = {}
         for limit in (4, None):
             commits = self.history(path, limit)
-            for commit in commits:
-                if commit.get("operation") not in MAINTENANCE_OPERATIONS:
-                    return commit
-            if limit is None or len(commits) < limit:
-                return {}
-        return {}
+            found = next((c for c in commits
+                          if c.get("operation") not in MAINTENANCE_OPERATIONS), {})
+            if found or limit is None or len(commits) < limit:
+                break
+        self._commits[key] = (version, stamp, found)
+        return dict(found)
 
     def housekeep(self, path: str | Path, *, keep_hours: float, keep_versions: Iterable[int] = ()
                   ) -> list[str]:

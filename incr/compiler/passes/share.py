@@ -171,7 +171,7 @@ def share(program: Program, plans: tuple[IncrementalPlan, ...],
         # views gave it (their groupings may each be a coarser one of it).
         kept = [k for k in groups if k[1] == label and k not in into]
         if any(c is not None for _, c in recorded_views):
-            into.update({k: kept[0] for k in kept[1:]})
+            into.update(dict.fromkeys(kept[1:], kept[0]))
     rolled: dict[tuple[object, str], list[str]] = {}
     for from_key in into:
         to_key = into[from_key]
