@@ -410,6 +410,8 @@ def random_join_row(rng: random.Random, table: str) -> dict:
     min_size=3, max_size=7), data=st.data())
 def test_join_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, text, steps, data):
     compiled = compile_text(text, path="joins.sql", name="joins")
+    event(f"join views regrouped from a finer state: "
+          f"{sum(len(s.rolled) for s in compiled.shares)}")
     root = tmp_path_factory.mktemp("join")
     landing, warehouse = root / "landing", root / "warehouse"
     # Δ of the join on the driver (DuckDB over the side tables), in Spark, or mixed.
