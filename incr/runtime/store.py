@@ -136,6 +136,7 @@ class DeltaStore:
         #: at: the views sharing a state each read its tables at the same version.  Only
         #: tables of at most :data:`READ_CACHE_ROWS` rows, and that many rows in all.
         self._reads: dict[str, tuple[int, tuple[int, int] | None, pa.Table]] = {}
+        self._reads_lock = threading.Lock()  # a row index appends on a thread of its own
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -362,13 +363,15 @@ class DeltaStore:
     def _read_whole(self, key: str, dt: DeltaTable) -> pa.Table:
         """The current version's rows, read once per version and commit (:attr:`_reads`)."""
         version, stamp = dt.version(), self._open[key][1]  # table() keeps what it opens
-        seen = self._reads.get(key)
-        if stamp is not None and seen is not None and seen[:2] == (version, stamp):
-            self._reads[key] = self._reads.pop(key)  # the most recently used goes last
-            return seen[2]
+        with self._reads_lock:
+            seen = self._reads.pop(key, None)
+            if stamp is not None and seen is not None and seen[:2] == (version, stamp):
+                self._reads[key] = seen  # the most recently used goes last
+                return seen[2]
         rows = _rows(dt, key)
-        self._reads.pop(key, None)
-        if stamp is not None and rows.num_rows <= READ_CACHE_ROWS:
+        if stamp is None or rows.num_rows > READ_CACHE_ROWS:
+            return rows
+        with self._reads_lock:
             self._reads[key] = (version, stamp, rows)
             while sum(r.num_rows for _, _, r in self._reads.values()) > READ_CACHE_ROWS:
                 del self._reads[next(iter(self._reads))]
