@@ -258,7 +258,7 @@ def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None
                         color=style["color"], alpha=0.12, lw=0)
         for n, m in zip(counts, medians):
             ax.annotate(f"{m / medians[0]:.2g}×", (n, m), textcoords="offset points",
-                        xytext=(6, {"on": 6, "off": -12}.get(share, 16)), fontsize=8.5,
+                        xytext={"on": (6, 6), "off": (6, -12)}.get(share, (-30, -12)), fontsize=8.5,
                         color=style["color"])
         if share == "on":
             base_on = medians[0]
