@@ -569,3 +569,34 @@ def test_views_over_one_join_are_regrouped_from_its_finer_state(spark, dirs):
             diff = diff_answers(oracle_answer(plan.select, tables), answer, ordered=plan.ordered)
             assert diff is None, f"view {plan.view} after batch {seq}:\n{diff}"
     assert _states(warehouse) == {share.owner}
+
+
+def test_a_coarser_view_added_beside_a_lone_view_shares_after_a_refresh(spark, dirs):
+    """A view keeping a state alone keeps it under its own name: a coarser view added beside
+    it builds its own (explain says why) until a refresh regroups the two into one state."""
+    landing, warehouse = dirs
+    before = compile_text(ROLLUP + TABLE + BY_KP, name="shop")
+    for seq in range(2):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    coarse = "CREATE VIEW totals AS SELECT k, SUM(v) AS s, MAX(x) AS top FROM t GROUP BY k;\n"
+    after = compile_text(ROLLUP + TABLE + BY_KP + coarse, name="shop")
+    pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000)
+    assert not pipeline.compiled.shares
+    assert dict(pipeline.compiled.alone) == {
+        "by_kp": "it keeps the state it is served from rather than rebuild it to share with "
+                 "totals (a refresh of the views regroups them)",
+        "totals": "it is new beside by_kp, which keeps the state it is served from (a refresh "
+                  "of the views regroups them)"}
+    pipeline.run()
+    _check(warehouse, after, 1)
+    pipeline.refresh("totals")
+    (share,) = pipeline.compiled.shares
+    assert share.views == ("by_kp", "totals") and [v for v, _ in share.rolled] == ["totals"]
+    _land(landing, 2)
+    pipeline.run()
+    _check(warehouse, after, 2)
+    _land(landing, 3)
+    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
+    _check(warehouse, after, 3)
+    assert _states(warehouse) == {share.owner}

@@ -216,6 +216,15 @@ def _why_alone(program: Program, start: dict[str, Compilation],
                 f"served from")
     finer = [vs[0] for (_, lab), vs in groups.items()
              if vs[0] != view and lab == label and _refines(start[vs[0]], c)]
+    if program.options.rollup and label:  # grouped apart by what the warehouse serves
+        apart = [vs[0] for (_, lab), vs in groups.items() if lab != label and (
+            _refines(start[vs[0]], c) or _refines(c, start[vs[0]]))]
+        if apart:
+            keep = "keeps the state it is" if len(apart) == 1 else "keep the state they are"
+            return (f"it is new beside {', '.join(apart)}, which {keep} served from (a "
+                    f"refresh of the views regroups them)" if label == NEW else
+                    f"it keeps the state it is served from rather than rebuild it to share "
+                    f"with {', '.join(apart)} (a refresh of the views regroups them)")
     if not c.lineage and program.options.rollup and any(
             _input(start[vs[0]]) == _input(c) for vs in groups.values() if vs[0] != view):
         return ("a global aggregate keeps its one-row state rather than read a grouped "
