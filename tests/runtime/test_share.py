@@ -10,6 +10,7 @@ views start or stop sharing removed once nothing reads them.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -72,6 +73,29 @@ def _check(warehouse: Path, compiled: CompiledProgram, through: int) -> None:
         diff = diff_answers(oracle_answer(plan.select, {"t": _live(through)}), answer,
                             ordered=plan.ordered)
         assert diff is None, f"view {plan.view} after batch {through}:\n{diff}"
+
+
+def _joined_step(landing: Path, warehouse: Path, run: Callable[[], object],
+                 compiled: CompiledProgram, schemas: dict[str, pa.Schema],
+                 live: dict[str, list[tuple]], seq: int, batch: tuple[str, bool, list[tuple]]
+                 ) -> None:
+    """Lands ``batch`` (table, delete?, rows) on a program of several tables as batch
+    ``seq``, keeps ``live`` in step, runs, and checks every view against DuckDB."""
+    table, delete, rows = batch
+    folder = landing / table / ("_deletes" if delete else "")
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist([dict(zip(schemas[table].names, r)) for r in rows],
+                                        schema=schemas[table]), folder / f"{seq:04d}.parquet")
+    for row in rows:
+        live[table].remove(row) if delete else live[table].append(row)
+    run()
+    sources = {t: pa.Table.from_pylist([dict(zip(schemas[t].names, r)) for r in rs],
+                                       schema=schemas[t]) for t, rs in live.items()}
+    for plan in compiled.plans:
+        answer, through = read_answer(warehouse, plan)
+        assert through == seq, plan.view
+        diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
+        assert diff is None, f"view {plan.view} after batch {seq}:\n{diff}"
 
 
 def _states(warehouse: Path) -> set[str]:
@@ -349,21 +373,9 @@ def test_a_view_removed_from_a_shared_join_leaves_its_columns_in_the_side_tables
     live: dict[str, list[tuple]] = {"a": [], "b": []}
 
     def step(compiled: CompiledProgram, seq: int) -> None:
-        table, delete, rows = batches[seq]
-        folder = landing / table / ("_deletes" if delete else "")
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist([dict(zip(schemas[table].names, r)) for r in rows],
-                                            schema=schemas[table]), folder / f"{seq:04d}.parquet")
-        for r in rows:
-            live[table].remove(r) if delete else live[table].append(r)
-        Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000).run()
-        sources = {t: pa.Table.from_pylist([dict(zip(schemas[t].names, r)) for r in rs],
-                                           schema=schemas[t]) for t, rs in live.items()}
-        for plan in compiled.plans:
-            answer, batch = read_answer(warehouse, plan)
-            assert batch == seq, plan.view
-            diff = diff_answers(oracle_answer(plan.select, sources), answer, ordered=plan.ordered)
-            assert diff is None, f"view {plan.view} after batch {seq}:\n{diff}"
+        _joined_step(landing, warehouse,
+                     Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000).run,
+                     compiled, schemas, live, seq, batches[seq])
 
     both = compile_text(tables + p + q, name="shop")
     (share,) = both.shares
@@ -554,20 +566,8 @@ def test_views_over_one_join_are_regrouped_from_its_finer_state(spark, dirs):
                "b": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
     live: dict[str, list[tuple]] = {"a": [], "b": []}
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
-    for seq, (table, delete, rows) in enumerate(JOINED_BATCHES):
-        folder = landing / table / ("_deletes" if delete else "")
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist([dict(zip(schemas[table].names, r)) for r in rows],
-                                            schema=schemas[table]), folder / f"{seq:04d}.parquet")
-        for row in rows:
-            live[table].remove(row) if delete else live[table].append(row)
-        pipeline.run()
-        tables = {t: pa.Table.from_pylist([dict(zip(schemas[t].names, r)) for r in live[t]],
-                                          schema=schemas[t]) for t in live}
-        for plan in compiled.plans:
-            answer, _ = read_answer(warehouse, plan)
-            diff = diff_answers(oracle_answer(plan.select, tables), answer, ordered=plan.ordered)
-            assert diff is None, f"view {plan.view} after batch {seq}:\n{diff}"
+    for seq, batch in enumerate(JOINED_BATCHES):
+        _joined_step(landing, warehouse, pipeline.run, compiled, schemas, live, seq, batch)
     assert _states(warehouse) == {share.owner}
 
 
