@@ -239,13 +239,21 @@ def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None
 
     One line per share setting through the medians over the increments, a band from the
     fastest to the slowest increment, each point's ratio to the smallest N written beside it,
-    and the target (``target`` × the smallest N's median with sharing on) as a dotted line.
+    the target (``target`` × the smallest N's median with sharing on) as a dotted line, and,
+    when the views were measured alone, the floor: the costliest of the first N alone.
     """
     import statistics
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9.0, 5.6))
-    counts = sorted({r.views for r in rows})
+    counts = sorted({r.views for r in rows if r.share in SHARING})
+    alone = {i: statistics.median(t) for i in {r.views for r in rows if r.share == "alone"}
+             if (t := [r.seconds for r in rows if r.share == "alone" and r.views == i
+                       and r.batch > 0])}
+    if all(i in alone for i in range(1, counts[-1] + 1)):
+        floor = [max(alone[i] for i in range(1, n + 1)) for n in counts]
+        ax.plot(counts, floor, color="tab:gray", ls="-.", lw=1.5, marker="x", ms=5,
+                label="floor: the costliest of the N views alone (no sharing goes below it)")
     base_on = None
     for share, (label, style) in SHARING.items():
         times = [[r.seconds for r in rows if r.views == n and r.share == share and r.batch > 0]

@@ -30,6 +30,13 @@ elsewhere on the machine falls on all alike.  After the last increment every vie
 is compared with the DuckDB oracle (:mod:`incr.oracle`) over the live rows; any difference
 makes the run exit 1, after its outputs are written.
 
+**Each view alone** then: the first N of the largest N, each as a program of its own
+(:data:`ALONE`), taking the steps in turn as above.  A program of N views does at least the
+work of each of them, so the costliest of them alone is a floor no sharing goes below; the
+summary gives it as a ratio to the first view alone (the same program as one view with
+sharing on, measured beside the others), says whether the target is within reach of it,
+and what N programs of one view each take.
+
 A tiny unrecorded run of the largest N, in every setting, first warms the JVM and the
 driver's SQL translations, so the first configuration does not carry one-off costs the
 others are spared.
@@ -37,9 +44,9 @@ others are spared.
 Outputs in ``--out DIR``:
 
 * ``sharing.csv``: one row per configuration and step (:data:`COLUMNS`);
-* ``sharing.png``: median time per increment against N, one line per setting
-  (:func:`incr.bench.plot.plot_sharing`);
-* ``sharing.md``: the summary table, the catalogue and every step;
+* ``sharing.png``: median time per increment against N, one line per setting and the
+  floor (:func:`incr.bench.plot.plot_sharing`);
+* ``sharing.md``: the summary table, the catalogue, each view alone and every step;
 * ``sharing.json``: machine, settings, command line, the summary (per N: the medians, their
   ratios to the smallest N, and whether sharing keeps N views within :data:`TARGET` of it)
   and the oracle's verdicts.
@@ -163,15 +170,21 @@ SHAPES = {
 
 #: The share settings measured, in the order they take a step (rotated from step to step).
 SETTINGS = ("on", "off", "rollup")
+#: The ``share`` of the rows measuring one view of the catalogue alone (a program of that
+#: view only, sharing on); their ``views`` is its position in :data:`CATALOGUE` (from 1).
+#: No sharing takes N views below the costliest of them alone: that is the target's floor.
+ALONE = "alone"
 
 
 def program_text(views: int, share: str) -> str:
     """The program of the first ``views`` views of :data:`CATALOGUE`.
 
-    Its header sets ``share`` (one of :data:`SETTINGS`).
+    Its header sets ``share`` (one of :data:`SETTINGS`); with ``share`` :data:`ALONE`, the
+    program of the ``views``-th view only, sharing on.
     """
-    header = f"-- incr: buckets = 8\n-- incr: share = {share}\n"
-    body = "".join(f"CREATE VIEW {v.name} AS\n{v.select};\n" for v in CATALOGUE[:views])
+    chosen = CATALOGUE[views - 1:views] if share == ALONE else CATALOGUE[:views]
+    header = f"-- incr: buckets = 8\n-- incr: share = {'on' if share == ALONE else share}\n"
+    body = "".join(f"CREATE VIEW {v.name} AS\n{v.select};\n" for v in chosen)
     return header + SOURCES + body
 
 
@@ -314,7 +327,10 @@ class Oracle:
 
 
 class Configuration:
-    """One program (the first N views, one share setting) on its own landing and warehouse."""
+    """One program on its own landing and warehouse.
+
+    The program is the first N views in one share setting, or the N-th view :data:`ALONE`.
+    """
 
     def __init__(self, spark: SparkSession, views: int, share: str, work: Path, data: Path):
         from incr.runtime.pipeline import Pipeline
@@ -345,14 +361,21 @@ class Configuration:
                              step.rows, seconds, parts, state_tables(self.warehouse),
                              load1=os.getloadavg()[0]))
         if log:
-            print(f"  {self.views:>2} views, share {self.setting:<6}: batch {step.index} "
-                  f"({step.kind}, {step.rows:,} rows): {seconds:.2f} s", file=log, flush=True)
+            print(f"  {self.label}: batch {step.index} ({step.kind}, {step.rows:,} rows): "
+                  f"{seconds:.2f} s", file=log, flush=True)
+
+    @property
+    def label(self) -> str:
+        """How the log and the oracle's verdicts name the configuration."""
+        if self.setting == ALONE:
+            return f"view {self.views:>2} alone ({CATALOGUE[self.views - 1].name})"
+        return f"{self.views:>2} views, share {self.setting:<6}"
 
     def check(self, oracle: Oracle) -> list[str]:
         """Every view's answer against the oracle; marks the last row ``ok`` or ``MISMATCH``."""
         problems = oracle.differences(self.compiled, self.warehouse)
         self.rows[-1].check = "MISMATCH" if problems else "ok"
-        return [f"{self.views} views, share {self.setting}: {p}" for p in problems]
+        return [f"{' '.join(self.label.split())}: {p}" for p in problems]
 
 
 def run_views(spark: SparkSession, views: int, work: Path, data: Path, steps: list[Increment],
@@ -360,15 +383,36 @@ def run_views(spark: SparkSession, views: int, work: Path, data: Path, steps: li
               keep_work: bool = False) -> tuple[list[Row], list[str]]:
     """Applies ``steps`` to the first ``views`` views in each of :data:`SETTINGS`.
 
-    The programs take each step in turn (which goes first rotates), so load from elsewhere
-    on the machine falls on all alike.
+    Returns:
+        The rows and, when ``oracle`` is given, each view that differs from it after the
+        last step.
+    """
+    return _run([Configuration(spark, views, share, work / f"views-{views}-{share}", data)
+                 for share in SETTINGS], steps, oracle, log, keep_work)
+
+
+def run_alone(spark: SparkSession, views: int, work: Path, data: Path, steps: list[Increment],
+              oracle: Oracle | None, log: TextIO | None,
+              keep_work: bool = False) -> tuple[list[Row], list[str]]:
+    """Applies ``steps`` to each of the first ``views`` views of the catalogue :data:`ALONE`.
+
+    The costliest of them alone is the floor no sharing goes below.
 
     Returns:
         The rows and, when ``oracle`` is given, each view that differs from it after the
         last step.
     """
-    configs = [Configuration(spark, views, share, work / f"views-{views}-{share}", data)
-               for share in SETTINGS]
+    return _run([Configuration(spark, position, ALONE, work / f"alone-{position}", data)
+                 for position in range(1, views + 1)], steps, oracle, log, keep_work)
+
+
+def _run(configs: list[Configuration], steps: list[Increment], oracle: Oracle | None,
+         log: TextIO | None, keep_work: bool) -> tuple[list[Row], list[str]]:
+    """Applies ``steps`` to ``configs``, then the oracle checks every view.
+
+    The configurations take each step in turn (which goes first rotates), so load from
+    elsewhere on the machine falls on all alike.  Their work folders go unless ``keep_work``.
+    """
     for step in steps:
         turn = step.index % len(configs)
         for config in configs[turn:] + configs[:turn]:
@@ -395,6 +439,13 @@ def summary(rows: list[Row], target: float = TARGET) -> dict:
     ``within_target`` says whether sharing (on, or rolling up) keeps N views within
     ``target`` of the smallest N with sharing on (one view in the default run); the last N's
     verdict is the issue's target.
+
+    With the views measured :data:`ALONE`, per N also the floor: the costliest of the first N
+    alone (``floor_s``, ``floor_view``), which no sharing goes below, since a program of those
+    views does at least that one's work, and its ratio to the first view alone (the same
+    program as one view with sharing on, measured beside the others); and ``separate_s``,
+    what N programs of one view each take in all.  The target is ``reachable`` only when the
+    floor is within it.
     """
     def median(n: int, share: str, batch: int | None = None) -> float | None:
         return _median([r.seconds for r in rows if r.views == n and r.share == share
@@ -404,15 +455,24 @@ def summary(rows: list[Row], target: float = TARGET) -> dict:
         return max((r.state_tables for r in rows if r.views == n and r.share == share),
                    default=None)
 
-    counts = sorted({r.views for r in rows})
+    counts = sorted({r.views for r in rows if r.share in SETTINGS})
     base = {s: median(counts[0], s) for s in SETTINGS}
+    alone = {r.views: median(r.views, ALONE) for r in rows if r.share == ALONE}
     per_n = {}
     for n in counts:
         at = {s: median(n, s) for s in SETTINGS}
-        per_n[str(n)] = {f"median_{s}_s": at[s] for s in SETTINGS}
+        solo = [alone.get(i) for i in range(1, n + 1)]
+        known = [t for t in solo if t is not None]
+        floor = max(known) if len(known) == n else None
+        per_n[str(n)] = {
+            "floor_s": floor, "floor_over_base": _ratio(floor, alone.get(1) or base["on"]),
+            "floor_view": None if floor is None else CATALOGUE[solo.index(floor)].name,
+            "separate_s": round(sum(known), 4) if floor is not None else None}
+        per_n[str(n)] |= {f"median_{s}_s": at[s] for s in SETTINGS}
         per_n[str(n)] |= {f"{s}_over_base": _ratio(at[s], base[s]) for s in SETTINGS}
         per_n[str(n)] |= {"off_over_on": _ratio(at["off"], at["on"]),
-                          "off_over_rollup": _ratio(at["off"], at["rollup"])}
+                          "off_over_rollup": _ratio(at["off"], at["rollup"]),
+                          "separate_over_on": _ratio(per_n[str(n)]["separate_s"], at["on"])}
         per_n[str(n)] |= {f"initial_{s}_s": median(n, s, 0) for s in SETTINGS}
         per_n[str(n)] |= {f"state_tables_{s}": tables(n, s) for s in SETTINGS}
         # both sharing settings against one view with sharing on
@@ -422,7 +482,10 @@ def summary(rows: list[Row], target: float = TARGET) -> dict:
     return {"baseline_views": counts[0], "target_factor": target,
             "target": {"views": counts[-1], "on_over_base": last["on_over_base"],
                        "rollup_over_base": _ratio(last["median_rollup_s"], base["on"]),
-                       "off_over_base": last["off_over_base"], "met": last["within_target"]},
+                       "off_over_base": last["off_over_base"], "met": last["within_target"],
+                       "floor_over_base": last["floor_over_base"], "floor_view": last["floor_view"],
+                       "reachable": (None if last["floor_over_base"] is None
+                                     else last["floor_over_base"] <= target)},
             "by_views": per_n}
 
 
@@ -432,8 +495,10 @@ def _cell(value: object) -> str:
 
 #: The per-N table of :func:`markdown`.
 SUMMARY_HEAD = ("| views | on | off | rollup | on ÷ base | off ÷ base | rollup ÷ base | off ÷ on "
-                "| state tables on / off / rollup | initial on / off / rollup | within target "
-                "|\n|" + "---:|" * 11)
+                "| floor ÷ view 1 alone | N programs ÷ on | state tables on / off / rollup "
+                "| initial on / off / rollup | within target |\n|" + "---:|" * 13)
+#: The table of the views measured alone in :func:`markdown`.
+ALONE_HEAD = "| # | view | shape | alone | ÷ view 1 alone |\n|---:|---|---|---:|---:|"
 #: The per-step table of :func:`markdown`.
 STEPS_HEAD = ("| views | share | batch | kind | rows | seconds | h | MERGE | answer | other | "
               "state tables | check |\n|" + "---:|" * 12)
@@ -449,7 +514,8 @@ def markdown(rows: list[Row], summ: dict) -> str:
     out = [f"# incr bench {NAME}\n", intro, SUMMARY_HEAD]
     out += [f"| {n} | " + "".join(f"{_cell(s[f'median_{k}_s'])} | " for k in SETTINGS)
             + "".join(f"{_cell(s[f'{k}_over_base'])}× | " for k in SETTINGS)
-            + f"{_cell(s['off_over_on'])}× | "
+            + f"{_cell(s['off_over_on'])}× | {_cell(s['floor_over_base'])}× | "
+            + f"{_cell(s['separate_over_on'])}× | "
             + " / ".join(str(s[f"state_tables_{k}"]) for k in SETTINGS) + " | "
             + " / ".join(_cell(s[f"initial_{k}_s"]) for k in SETTINGS) + " | "
             + f"{'yes' if s['within_target'] else 'no'} |" for n, s in summ["by_views"].items()]
@@ -457,7 +523,20 @@ def markdown(rows: list[Row], summ: dict) -> str:
             "|---:|---|---|---|"]
     out += [f"| {i} | {v.name} | {v.shape}: {SHAPES[v.shape]} | `{v.select}` |"
             for i, v in enumerate(CATALOGUE, 1)]
-    out += ["", "Every step (seconds):\n", STEPS_HEAD]
+    alone = {r.views for r in rows if r.share == ALONE}
+    base: float | None = None
+    if alone:
+        out += ["", ("Each view alone (a program of that view only, sharing on): the floor of N "
+                     "views is the costliest of the first N, which no sharing goes below; N "
+                     "programs is their sum.\n"), ALONE_HEAD]
+        for i in sorted(alone):
+            seconds = _median([r.seconds for r in rows
+                               if r.share == ALONE and r.views == i and r.batch > 0])
+            base = base if i > 1 else seconds
+            v = CATALOGUE[i - 1]
+            out.append(f"| {i} | {v.name} | {v.shape} | {_cell(seconds)} | "
+                       f"{_cell(_ratio(seconds, base))}× |")
+    out += ["", "Every step (seconds; share alone: views is the view's position):\n", STEPS_HEAD]
     out += [f"| {r.views} | {r.share} | {r.batch} | {r.kind} | {r.rows:,} | {r.seconds:.2f} | "
             + "".join(f"{r.parts[k]:.2f} | " for k in ("h_s", "merge_s", "answer_s", "other_s"))
             + f"{r.state_tables} | {r.check} |" for r in rows]
@@ -533,6 +612,9 @@ def run_sharing(out: Path, views: tuple[int, ...] = DEFAULT_VIEWS,
         done, problems = run_views(spark, n, work, data, steps, oracle, log, keep_work)
         rows += done
         mismatches += problems
+    done, problems = run_alone(spark, views[-1], work, data, steps, oracle, log, keep_work)
+    rows += done
+    mismatches += problems
     if not keep_work:
         shutil.rmtree(work, ignore_errors=True)
     summ = summary(rows)
@@ -546,7 +628,8 @@ def run_sharing(out: Path, views: tuple[int, ...] = DEFAULT_VIEWS,
         "machine": before, "load_after": machine_info(spark)["loadavg"],
         "wall_s": round(time.perf_counter() - t_start, 1),
         # every configuration's views, after its last increment
-        "oracle": {"checked_views": len(SETTINGS) * sum(views), "mismatches": mismatches},
+        "oracle": {"checked_views": len(SETTINGS) * sum(views) + views[-1],
+                   "mismatches": mismatches},
         "summary": summ,
     }
     (out / f"{NAME}.json").write_text(json.dumps(meta, indent=2, default=str) + "\n")
@@ -572,6 +655,10 @@ def _report(out: Path, meta: dict, log: TextIO) -> None:
           f"{summ['baseline_views']}, sharing on): {'met' if t['met'] else 'NOT met'} "
           f"({t['on_over_base']}× on, {t['rollup_over_base']}× rollup, "
           f"{t['off_over_base']}× off)", file=log)
+    if t["floor_view"] is not None:
+        print(f"floor: {t['floor_view']} alone takes {t['floor_over_base']}× the first view "
+              f"alone; no sharing takes the {t['views']} views below it, "
+              f"so the target is {'within' if t['reachable'] else 'out of'} reach", file=log)
 
 
 def main_args(out: Path, views: tuple[int, ...] | None, initial: int | None,

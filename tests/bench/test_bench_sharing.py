@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from incr.bench.sharing import (
+    ALONE,
     CATALOGUE,
     COLUMNS,
     SETTINGS,
@@ -48,6 +49,9 @@ def test_the_catalogue_compiles_in_every_share_setting() -> None:
     assert {v.name for v in CATALOGUE if v.shape in ("CMORR", "CGMRR", "CGRR")} & rolled
     assert "-- incr: share = off" in program_text(3, "off") and program_text(3, "on").count(
         "CREATE VIEW") == 3
+    # a view alone: the program of that view only, sharing on
+    alone = compile_views(7, ALONE)
+    assert [p.view for p in alone.plans] == [CATALOGUE[6].name] and alone.program.options.share
     # Most views group sales by region; the first five already mix the shapes and the join.
     assert sum(v.select.endswith("GROUP BY region") and "WHERE" not in v.select
                for v in CATALOGUE) >= 10
@@ -94,12 +98,39 @@ def test_summary_gives_each_settings_ratio_to_the_fewest_views_and_the_target() 
     assert twenty["within_target"] and twenty["state_tables_off"] == 20
     assert summ["baseline_views"] == 1
     assert summ["target"] == {"views": 20, "on_over_base": 1.5, "rollup_over_base": 2.0,
-                              "off_over_base": 9.0, "met": True}
+                              "off_over_base": 9.0, "met": True, "floor_over_base": None,
+                              "floor_view": None, "reachable": None}
     missed = summary(rows(1, "on", [1, 0.2]) + rows(2, "on", [1, 0.31]))
     assert missed["target"]["met"] is False and missed["by_views"]["2"]["off_over_on"] is None
     # rollup within the target (against one view with sharing on) meets it too
     rolled = summary(rows(1, "on", [1, 0.2]) + rows(2, "on", [1, 0.5]) + rows(2, "rollup", [1, 0.3]))
     assert rolled["target"]["met"] is True and rolled["target"]["rollup_over_base"] == 1.5
+
+
+def test_summary_gives_the_floor_of_the_views_alone() -> None:
+    def rows(views: int, share: str, seconds: list[float]) -> list[Row]:
+        return [Row("sharing", views, share, batch, "insert", 1_000, 10, s)
+                for batch, s in enumerate(seconds)]
+
+    measured = (rows(1, "on", [9, 0.2]) + rows(3, "on", [9, 0.5]) + rows(3, "rollup", [9, 0.4])
+                + rows(1, ALONE, [9, 0.21]) + rows(2, ALONE, [9, 0.35]) + rows(3, ALONE, [9, 0.25]))
+    summ = summary(measured)
+    one, three = summ["by_views"]["1"], summ["by_views"]["3"]
+    assert one["floor_s"] == 0.21 and one["floor_view"] == CATALOGUE[0].name
+    # the costliest of the three alone, which is the second; N programs: their sum
+    assert three["floor_s"] == 0.35 and three["floor_view"] == CATALOGUE[1].name
+    # against the first view alone, measured beside the others
+    assert three["floor_over_base"] == 1.67 and three["separate_s"] == 0.81
+    assert three["separate_over_on"] == 1.62
+    assert summ["target"]["floor_over_base"] == 1.67 and summ["target"]["reachable"] is False
+    assert summ["target"]["met"] is False  # the alone rows are no N of their own
+    assert set(summ["by_views"]) == {"1", "3"}
+    # a view not measured alone leaves the floor unknown
+    partial = summary(measured[:-2])
+    assert partial["by_views"]["3"]["floor_s"] is None and partial["target"]["reachable"] is None
+    cheaper = measured[:-6] + rows(1, ALONE, [9, 0.21]) + rows(2, ALONE, [9, 0.25]) + rows(
+        3, ALONE, [9, 0.22])
+    assert summary(cheaper)["target"]["reachable"] is True  # 0.25 is 1.19× 0.21
 
 
 def test_tiny_run_measures_every_setting_and_checks_every_answer(spark, tmp_path: Path) -> None:
@@ -110,22 +141,25 @@ def test_tiny_run_measures_every_setting_and_checks_every_answer(spark, tmp_path
         assert next(csv.reader(fh)) == COLUMNS
     rows = read_csv(tmp_path / "sharing.csv")
     assert [(r.views, r.share) for r in rows if r.batch == 0] == [
-        (n, s) for n in (1, 5) for s in SETTINGS]
-    for n, share in ((n, s) for n in (1, 5) for s in SETTINGS):
+        (n, s) for n in (1, 5) for s in SETTINGS] + [(i, ALONE) for i in range(1, 6)]
+    runs = [(n, s) for n in (1, 5) for s in SETTINGS] + [(i, ALONE) for i in range(1, 6)]
+    for n, share in runs:
         run = [r for r in rows if r.views == n and r.share == share]
         assert [(r.batch, r.kind, r.rows) for r in run] == [
             (0, "insert", 2_000), (1, "insert", 50), (2, "insert", 50), (3, "delete", 50)]
         assert all(isinstance(r.seconds, float) and r.state_tables > 0 for r in run)  # recorded
         assert [r.check for r in run] == ["", "", "", "ok"]  # the oracle, after the last step
     meta = json.loads((tmp_path / "sharing.json").read_text())
-    assert meta["oracle"] == {"checked_views": 18, "mismatches": []}
+    assert meta["oracle"] == {"checked_views": 18 + 5, "mismatches": []}
     assert meta["machine"]["spark"] == spark.version and meta["command"] == "test"
     by_views = meta["summary"]["by_views"]
     assert set(by_views) == {"1", "5"} and by_views["1"]["on_over_base"] == 1.0
     assert meta["summary"]["target"]["views"] == 5
+    assert meta["summary"]["target"]["floor_view"] in {v.name for v in CATALOGUE[:5]}
     assert by_views == summary(rows)["by_views"]
     assert (tmp_path / "sharing.png").stat().st_size > 10_000
-    assert "| 5 |" in (tmp_path / "sharing.md").read_text()
+    md = (tmp_path / "sharing.md").read_text()
+    assert "| 5 |" in md and f"| 5 | {CATALOGUE[4].name} | join |" in md  # the fifth alone
     assert not (tmp_path / "sharing-work").exists()
 
 
