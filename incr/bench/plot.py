@@ -240,7 +240,9 @@ def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None
     One line per share setting through the medians over the increments, a band from the
     fastest to the slowest increment, each point's ratio to the smallest N written beside it,
     the target (``target`` × the smallest N's median with sharing on) as a dotted line, and,
-    when the views were measured alone, the floor: the costliest of the first N alone.
+    when the views were measured alone, the floor: the costliest of the first N alone, as a
+    multiple of the first view alone (they ran in a phase of their own) times the smallest
+    N's median with sharing on, so it compares with the target line.
     """
     import statistics
 
@@ -250,10 +252,13 @@ def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None
     alone = {i: statistics.median(t) for i in {r.views for r in rows if r.share == "alone"}
              if (t := [r.seconds for r in rows if r.share == "alone" and r.views == i
                        and r.batch > 0])}
-    if all(i in alone for i in range(1, counts[-1] + 1)):
-        floor = [max(alone[i] for i in range(1, n + 1)) for n in counts]
+    base_times = [r.seconds for r in rows if r.views == counts[0] and r.share == "on" and r.batch > 0]
+    if base_times and all(i in alone for i in range(1, counts[-1] + 1)):
+        scale = statistics.median(base_times) / alone[1]
+        floor = [scale * max(alone[i] for i in range(1, n + 1)) for n in counts]
         ax.plot(counts, floor, color="tab:gray", ls="-.", lw=1.5, marker="x", ms=5,
-                label="floor: the costliest of the N views alone (no sharing goes below it)")
+                label="floor: the costliest of the N views alone, ÷ the first alone × 1 view on "
+                      "(no sharing goes below it)")
     base_on = None
     for share, (label, style) in SHARING.items():
         times = [[r.seconds for r in rows if r.views == n and r.share == share and r.batch > 0]
