@@ -194,6 +194,8 @@ class Pipeline:
         if self.engines.local is not None:
             self.engines.local.keep_translations(self.meta / "sql")
         self._views: dict[str, ViewRuntime] | None = None
+        #: The views reading each table, for the views object they were found in.
+        self._readers: tuple[dict[str, ViewRuntime] | None, dict[str, list[ViewRuntime]]] = (None, {})
         self._settle()
         self.ledger = Ledger(self.store, self.meta / "ledger")
         names = {s.lower() for p in compiled.plans for s in p.sources}
@@ -344,8 +346,16 @@ class Pipeline:
             return 0
 
     def _consumers(self, batch: Batch) -> list[ViewRuntime]:
-        return [v for v in self.views.values()
-                if batch.table.lower() in {s.lower() for s in v.plan.sources}]
+        """The views that read ``batch``'s table (kept per table while the views are)."""
+        views = self.views
+        if self._readers[0] is not views:
+            self._readers = (views, {})
+        table = batch.table.lower()
+        found = self._readers[1].get(table)
+        if found is None:
+            found = self._readers[1][table] = [
+                v for v in views.values() if table in {s.lower() for s in v.plan.sources}]
+        return found
 
     def _behind(self, batch: Batch, progress: _Progress,
                 chosen: set[str] | None = None) -> list[ViewRuntime]:
@@ -477,6 +487,9 @@ class Pipeline:
                 [v for n, v in self.views.items() if chosen is None or n in chosen],
                 last if through is None else min(through, last))
             progress = self._progress()
+            # A batch every table that reads it has applied needs nothing more: the run's
+            # bookkeeping then follows the batches still to apply, not every batch landed.
+            batches = [b for b in batches if not progress.applied_everywhere(b, self._consumers(b))]
             publish_at = {name: self._publish_at(v, batches, progress, through)
                           for name, v in self.views.items()}
             meter = _meter(emit, [b for b in batches if (through is None or b.seq <= through)

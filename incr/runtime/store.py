@@ -52,7 +52,14 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 from incr.compiler.plan import BUCKET
 from incr.compiler.publish import GONE
 from incr.compiler.sqlgen import answer_merge_condition, merge_condition, merge_ident
-from incr.config import DELETED_ROWS, DELETED_SHARE, READ_CACHE_ROWS, SMALL_FILE_BYTES, settings
+from incr.config import (
+    CHECKPOINT_INTERVAL,
+    DELETED_ROWS,
+    DELETED_SHARE,
+    READ_CACHE_ROWS,
+    SMALL_FILE_BYTES,
+    settings,
+)
 from incr.errors import OutOfRangeError, StorageError
 from incr.runtime import deletion, deltalog, lookup, mirror, parallel
 from incr.runtime.types import nullable
@@ -64,7 +71,11 @@ APP_ID = "incr"
 BATCH_KEY = "incr.batch"
 #: Commits that change no rows and carry none of incr's metadata (housekeeping, compaction
 #: file by file, the feature a table's first deletion vectors need).
-MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE", "ADD FEATURE"})
+MAINTENANCE_OPERATIONS = frozenset({"VACUUM START", "VACUUM END", "OPTIMIZE", "ADD FEATURE",
+                                    "SET TBLPROPERTIES"})
+#: The table properties of every table incr creates (and gives one made before at its
+#: housekeeping): a checkpoint every :data:`~incr.config.CHECKPOINT_INTERVAL` commits.
+TABLE_PROPERTIES = {"delta.checkpointInterval": str(CHECKPOINT_INTERVAL)}
 _UNSUPPORTED_FEATURES = {"columnMapping"}
 DELETION_VECTORS = "deletionVectors"
 #: Spark's name for a NULL partition value in a directory name.
@@ -119,7 +130,8 @@ class DeltaStore:
         self.mirror_rows = settings().mirror_rows if mirror_rows is None else mirror_rows
         self.mirror_max_rows = (settings().local_state_rows if mirror_max_rows is None
                                 else mirror_max_rows)
-        self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None]] = {}
+        #: Each table opened: the object, and the commit stamp and version it was kept at.
+        self._open: dict[str, tuple[DeltaTable, tuple[int, int] | None, int]] = {}
         self._adds: dict[str, tuple[int, dict[str, dict[str, Any]], tuple[int, int] | None]] = {}
         #: The last :meth:`read_matching` of a table with deletion vectors on one column or
         #: on every column it names: (version, what it matched, the rows with their positions).
@@ -140,21 +152,38 @@ class DeltaStore:
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
-        """True when ``path`` holds a Delta table."""
-        return DeltaTable.is_deltatable(str(path))
+        """True when ``path`` holds a Delta table.
+
+        A local table is known by its first commit file or its last checkpoint's pointer
+        (two file checks): delta-rs's own test lists the whole log, whose commits grow with
+        every batch until housekeeping, and a batch asks this of each table many times.
+        """
+        key = str(path)
+        if "://" not in key:
+            log = os.path.join(key, "_delta_log")
+            if not os.path.isdir(log):
+                return False
+            if (os.path.exists(os.path.join(log, f"{0:020d}.json"))
+                    or os.path.exists(os.path.join(log, "_last_checkpoint"))):
+                return True
+        return DeltaTable.is_deltatable(key)
 
     def table(self, path: str | Path) -> DeltaTable:
         """The table at ``path`` (current version), or a StorageError saying which is missing."""
         key = str(path)
         kept = self._open.get(key)
         if kept is not None:
-            dt, stamp = kept
-            if stamp is not None and _commit_stamp(key, dt.version()) == stamp:
+            dt, stamp, version = kept
+            if stamp is not None and _commit_stamp(key, version) == stamp:
+                if dt.version() != version:
+                    # The object committed itself (a MERGE, a write given it): it holds
+                    # that commit's state, so it is kept at that version, not opened again.
+                    self._open[key] = (dt, _commit_stamp(key, dt.version()), dt.version())
                 if not _has_commit(key, dt.version() + 1):
                     return dt  # no commit since: a Delta version is the next commit file
                 try:
                     dt.update_incremental()
-                    self._open[key] = (dt, _commit_stamp(key, dt.version()))
+                    self._open[key] = (dt, _commit_stamp(key, dt.version()), dt.version())
                     return dt
                 except DeltaError:
                     pass
@@ -163,7 +192,7 @@ class DeltaStore:
             dt = DeltaTable(key)
         except TableNotFoundError as e:
             raise StorageError(f"no Delta table at {path}") from e
-        self._open[key] = (dt, _commit_stamp(key, dt.version()))
+        self._open[key] = (dt, _commit_stamp(key, dt.version()), dt.version())
         return dt
 
     def schema(self, path: str | Path) -> pa.Schema:
@@ -455,12 +484,19 @@ class DeltaStore:
                   ) -> list[str]:
         """Checkpoints the table, drops expired log files, and deletes unneeded data files.
 
+        A table made before incr set :data:`TABLE_PROPERTIES` on the tables it creates gets
+        them first (a commit of its own, which serves the same rows).
+
         Kept: the newest version, every version of the last ``keep_hours`` hours and the
         ``keep_versions``; the VACUUM lists the whole folder, so files no commit names (left
         by a killed write) go too.  Only safe while no write to the table is in flight (the
         caller holds the program's locks).  Returns the deleted files.
         """
         dt = self.table(path)
+        configuration = dt.metadata().configuration
+        missing = {k: v for k, v in TABLE_PROPERTIES.items() if k not in configuration}
+        if missing:
+            dt.alter.set_table_properties(missing)
         dt.create_checkpoint()
         dt.cleanup_metadata()
         removed = dt.vacuum(retention_hours=math.ceil(keep_hours), dry_run=False,
@@ -486,9 +522,10 @@ class DeltaStore:
         target: str | DeltaTable = str(path)
         if target in self._open:  # spares delta-rs opening the log again
             target = self.table(path)
+        new = not isinstance(target, DeltaTable) and not self.exists(path)
         try:
             write_deltalake(
-                target, data, mode=mode,
+                target, data, mode=mode, configuration=TABLE_PROPERTIES if new else None,
                 partition_by=list(partition_by) if partition_by else None,
                 description=description,
                 schema_mode="overwrite" if replace_schema else "merge" if add_columns else None,
@@ -602,7 +639,7 @@ class DeltaStore:
                 create_table_with_add_actions(
                     str(root), DeltaSchema.from_arrow(schema), actions, mode="error",
                     partition_by=list(partitions) or None, description=description,
-                    commit_properties=commit)
+                    configuration=TABLE_PROPERTIES, commit_properties=commit)
         except (DeltaError, OSError) as e:  # delta-rs raises OSError (no errno) on I/O
             # The moved files are referenced by no version, and a full vacuum deletes them;
             # not here: a commit that landed and failed after (say in its checkpoint) needs them.

@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
 
 from incr.compiler.plan import BUCKET
-from incr.runtime.store import DeltaStore
+from incr.config import CHECKPOINT_INTERVAL
+from incr.runtime.store import TABLE_PROPERTIES, DeltaStore
 
 #: Processes started by the exit test: at the old failure rate (1 in 6) 16 clean exits in a
 #: row happen by chance less than once in 18 runs.
@@ -125,3 +127,89 @@ def test_a_whole_read_and_the_last_commit_are_kept_per_version(tmp_path):
     assert store.last_commit(path)["written"] == "again 2"
     shutil.rmtree(path)
     assert store.last_commit(path) == {}
+
+
+def _checkpoints(path: Path) -> list[int]:
+    return sorted(int(f.name.split(".")[0]) for f in (path / "_delta_log").glob("*.checkpoint.parquet"))
+
+
+def test_tables_checkpoint_their_log_every_few_commits(tmp_path):
+    """Opening a table replays the commits since its last checkpoint: a table incr creates
+    checkpoints every CHECKPOINT_INTERVAL commits (delta-rs's default is 100), whichever
+    writer commits, so a batch's cost does not climb with the batches before it."""
+    path = tmp_path / "t"
+    store = DeltaStore()
+    for batch in range(2 * CHECKPOINT_INTERVAL + 1):
+        store.write(path, pa.table({BUCKET: pa.array([batch % 2], pa.int32()), "k": [batch]}),
+                    mode="append", batch=batch, partition_by=[BUCKET])
+    assert DeltaTable(str(path)).metadata().configuration == TABLE_PROPERTIES
+    assert _checkpoints(path) == [CHECKPOINT_INTERVAL - 1, 2 * CHECKPOINT_INTERVAL - 1]
+    assert store.read(path).num_rows == 2 * CHECKPOINT_INTERVAL + 1
+
+
+def test_housekeeping_gives_an_older_table_the_properties_and_keeps_its_last_commit(tmp_path):
+    """A table made before incr set the property gets it at housekeeping, in a commit
+    that the answer's last commit (its query fingerprint, its batch) looks past."""
+    path = tmp_path / "old"
+    for batch in range(3):
+        write_deltalake(str(path), pa.table({"k": [batch]}), mode="append")
+    store = DeltaStore()
+    store.write(path, pa.table({"k": [3]}), mode="append", batch=7, metadata={"incr.query": "q"})
+    assert DeltaTable(str(path)).metadata().configuration == {}  # not created by incr
+    store.housekeep(path, keep_hours=1)
+    table = DeltaTable(str(path))
+    assert table.metadata().configuration == TABLE_PROPERTIES
+    assert table.history(1)[0]["operation"] == "SET TBLPROPERTIES"
+    assert store.last_commit(path)["incr.query"] == "q" and store.batch_version(path) == 7
+    assert sorted(store.read(path)["k"].to_pylist()) == [0, 1, 2, 3]
+    before = table.version()
+    store.housekeep(path, keep_hours=1)  # once: a table that has them is left as it is
+    assert DeltaTable(str(path)).version() == before
+
+
+def test_a_table_merged_through_the_kept_object_is_not_opened_again(tmp_path, monkeypatch):
+    """A MERGE (or a write given the kept object) moves that object to its own commit: the
+    store keeps it at that version instead of opening the table again, which replays the
+    log; a commit by another writer is read on from it, and a table recreated in place is
+    still opened afresh."""
+    path = _table(tmp_path)
+    store = DeltaStore()
+    kept = store.table(path)
+    opened: list[str] = []
+    real = DeltaTable.__init__
+
+    def counting(self, uri, *args, **kwargs):
+        opened.append(uri)
+        real(self, uri, *args, **kwargs)
+    monkeypatch.setattr(DeltaTable, "__init__", counting)
+    source = pa.table({BUCKET: pa.array([1, 3], pa.int32()), "k": [2, 9], "v": ["B", "i"]})
+    store.merge(path, source).on(("k",)).when_matched_update_all() \
+        .when_not_matched_insert_all().for_batch(2).execute()
+    assert store.table(path) is kept and kept.version() == 2 and store.batch_version(path) == 2
+    assert sorted(zip(store.read(path)["k"].to_pylist(), store.read(path)["v"].to_pylist())) == [
+        (1, "a"), (2, "B"), (3, None), (4, "d"), (9, "i")]
+    DeltaStore().write(path, pa.table({BUCKET: pa.array([0], pa.int32()), "k": [5], "v": ["e"]}),
+                       mode="append", batch=3, partition_by=[BUCKET])  # another writer
+    assert store.table(path) is kept and store.batch_version(path) == 3
+    assert [u for u in opened if u == str(path)] == [str(path)]  # the other writer's own open
+    shutil.rmtree(path)
+    _table(tmp_path)  # recreated in place, with fewer versions
+    assert store.table(path) is not kept and store.read(path).num_rows == 4
+
+
+def test_a_table_is_known_by_its_first_commit_or_its_checkpoint(tmp_path):
+    """``exists`` reads two file names, not the log: a table whose early commits the log's
+    cleanup removed is still one (by its checkpoint), a log with no commit yet is not."""
+    store = DeltaStore()
+    path = _table(tmp_path)
+    assert store.exists(path) and not store.exists(tmp_path / "none")
+    (tmp_path / "half" / "_delta_log").mkdir(parents=True)
+    (tmp_path / "half" / "_delta_log" / ".00000000000000000000.json.tmp").write_text("{}")
+    assert not store.exists(tmp_path / "half")  # a first commit that never landed
+    table = DeltaTable(str(path))
+    table.create_checkpoint()
+    (path / "_delta_log" / f"{0:020d}.json").unlink()  # as a cleanup of expired commits does
+    assert store.exists(path) and DeltaTable.is_deltatable(str(path))
+    assert sorted(DeltaStore().read(path)["k"].to_pylist()) == [1, 2, 3, 4]
+    shutil.rmtree(path)
+    assert not store.exists(path)

@@ -24,7 +24,7 @@ import pytest
 from incr.compiler.plan import BUCKET
 from incr.errors import StorageError
 from incr.runtime.session import read_delta, write_delta
-from incr.runtime.store import APP_ID, DeltaStore, _footer_stats
+from incr.runtime.store import APP_ID, TABLE_PROPERTIES, DeltaStore, _footer_stats
 
 UTC = dt.UTC
 #: Every type a state table holds (the declared types of incr.runtime.types, a timestamp
@@ -131,6 +131,7 @@ def test_the_commit_carries_the_batch_and_metadata(spark, tmp_path):
     assert store.table(path).transaction_version(APP_ID) == 3
     assert store.last_commit_metadata(path, "incr.program") == "p"
     assert store.table(path).metadata().description == "a test table"
+    assert store.table(path).metadata().configuration == TABLE_PROPERTIES  # checkpoints often
     assert store.schema(path) == pa.schema([("id", pa.int64()), ("s", pa.string())])
     write_delta(spark, store, path, df, mode="append", batch=4, metadata={"incr.batch": "4"})
     assert store.applied_through(path) == 4
