@@ -270,7 +270,8 @@ def _parser() -> argparse.ArgumentParser:
                          "accuracy columns)")
     sp.add_argument("--views", type=_view_counts, default=None,
                     help="sharing: numbers of views, one run each with the share pass on, off "
-                         "and rollup, the first N of its 20 (default 1,2,5,10,20)")
+                         "and rollup, the first N of its 20 (default 1,2,5,10,20); each of the "
+                         "largest N's views also runs alone, for the floor")
     sp.add_argument("--uri", default=None,
                     help="bucket: the warehouse URI to measure (s3://bucket/prefix; default: "
                          "a bucket of moto's S3 server started on 127.0.0.1)")
