@@ -246,16 +246,16 @@ def plot_sharing(rows: list[Row], path: Path, title: str, target: float) -> None
     """
     import statistics
 
+    from incr.bench.sharing import summary
+
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9.0, 5.6))
     counts = sorted({r.views for r in rows if r.share in SHARING})
-    alone = {i: statistics.median(t) for i in {r.views for r in rows if r.share == "alone"}
-             if (t := [r.seconds for r in rows if r.share == "alone" and r.views == i
-                       and r.batch > 0])}
-    base_times = [r.seconds for r in rows if r.views == counts[0] and r.share == "on" and r.batch > 0]
-    if base_times and all(i in alone for i in range(1, counts[-1] + 1)):
-        scale = statistics.median(base_times) / alone[1]
-        floor = [scale * max(alone[i] for i in range(1, n + 1)) for n in counts]
+    summ = summary(rows)["by_views"]
+    ratios = [summ[str(n)]["floor_over_base"] for n in counts]
+    base = summ[str(counts[0])]["median_on_s"]
+    if base is not None and None not in ratios:
+        floor = [base * r for r in ratios]
         ax.plot(counts, floor, color="tab:gray", ls="-.", lw=1.5, marker="x", ms=5,
                 label="floor: the costliest of the N views alone, ÷ the first alone × 1 view on "
                       "(no sharing goes below it)")

@@ -163,8 +163,7 @@ class DeltaStore:
             log = os.path.join(key, "_delta_log")
             if not os.path.isdir(log):
                 return False
-            if (os.path.exists(os.path.join(log, f"{0:020d}.json"))
-                    or os.path.exists(os.path.join(log, "_last_checkpoint"))):
+            if _has_commit(key, 0) or os.path.exists(os.path.join(log, "_last_checkpoint")):
                 return True
         return DeltaTable.is_deltatable(key)
 
