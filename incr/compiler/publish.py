@@ -17,6 +17,12 @@ only, and that is the exact answer unless the k-th new row ranks below the old k
 touched row fell out, and an untouched group may now belong in): only then is a(state)
 recomputed over the whole state.  Its k rows are rewritten, which costs k rows.
 
+A view regrouped from a finer grouping's state (``share = rollup``,
+:class:`~incr.compiler.plan.Rollup`) is per group of its own keys: a batch's touched groups
+are those its touched finer groups fall in, and their answer rows are recomputed from all
+their rows of the finer state, found in every bucket (the runtime rewrites the answer
+instead when they are most of its groups).  Ranked or windowed, it is rewritten.
+
 For the MERGE to find a group's answer rows, every column of θ must be an output column of
 the answer as it is (``SELECT region, sum(x) … GROUP BY region``; for windows, θ is the
 PARTITION BY, and a touched partition's rows are all recomputed); when one is not
@@ -65,11 +71,12 @@ class Publish:
 
 def publish_mode(answer: Answer) -> Publish:
     """Whether ``answer`` can be maintained by change, and why (not)."""
-    if answer.rollup is not None:
+    if answer.rollup is not None and (answer.limit is not None or answer.rows is not None
+                                      or answer.order or answer.offset or not answer.grouped):
         return Publish(False, (), f"computed from the state kept by GROUP BY "
-                                  f"{', '.join(answer.rollup.of)}, regrouped: a group's rows "
-                                  f"there are spread over that state's buckets, so the answer "
-                                  f"is recomputed and rewritten")
+                                  f"{', '.join(answer.rollup.of)}, regrouped, and ranked or "
+                                  f"windowed across its groups, so the answer is recomputed "
+                                  f"and rewritten")
     if not answer.grouped and answer.rows is not None:
         return Publish(False, (), "a window without PARTITION BY reads every row, so any batch "
                                   "may change every answer row; the answer is recomputed and "
@@ -100,6 +107,13 @@ def publish_mode(answer: Answer) -> Publish:
         return Publish(True, keys, "windows are per partition: each batch MERGEs the answer rows "
                                    "of the partitions it touched, their windows recomputed from "
                                    f"their rows, matched on {', '.join(c for c, _ in keys)}")
+    if answer.rollup is not None:
+        return Publish(True, keys, f"a is per group of the state kept by GROUP BY "
+                                   f"{', '.join(answer.rollup.of)}, regrouped: each batch MERGEs "
+                                   f"the answer rows of the groups it touched (those its touched "
+                                   f"finer groups fall in), recomputed from their rows of that "
+                                   f"state (a filtered scan of every bucket: a group's rows are "
+                                   f"spread over them), matched on {', '.join(c for c, _ in keys)}")
     return Publish(True, keys, "a is per group: each batch MERGEs the answer rows of the groups "
                                f"it touched, matched on {', '.join(c for c, _ in keys)}")
 

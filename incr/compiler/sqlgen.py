@@ -233,6 +233,21 @@ def render_old_rows(table: StateTable, state: str, touched: str, exact: bool = F
             f"FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on} GROUP BY {theta}")
 
 
+def render_touched_rows(answer: Answer, table: StateTable, state: str, touched: str) -> str:
+    """Every row of state table ``table`` (``state``) in a group of ``touched``.
+
+    What ``answer``'s change query reads of the table.
+
+    ``touched`` holds θ and ``_bucket`` of each group (:func:`render_old_rows`), or for a
+    regrouped answer (:class:`~incr.compiler.plan.Rollup`) the view's group keys, under its
+    own names: a coarse group's rows are those whose θ falls in it, in any bucket.
+    """
+    if answer.rollup is None:
+        return render_old_rows(table, state, touched)
+    on = " AND ".join(f"t.{q(s)} <=> k.{q(own)}" for s, own in answer.rollup.keys) or "true"
+    return f"SELECT t.* FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on}"
+
+
 def render_changed_rows(table: StateTable, new: str, plus: str, minus: str,
                         own_keys: bool = False) -> str:
     """The rows of ``new`` (old ⊗ h(Δ⁺) ⊗̃ h(Δ⁻)) whose key the change touched: what ⊗= writes.

@@ -9,12 +9,14 @@ Two ways to write it, as the compiler decided (:mod:`incr.compiler.publish`, pri
 
 * **by change**, when a is per group and the answer was current before the batch: the
   answer rows of the groups the batch touched are recomputed from those groups' state rows
-  only (read from the buckets they hash to) and applied with one MERGE: a tombstone per
-  touched group deletes its old rows, its new rows are inserted.  The old rows are marked
-  in their files' deletion vectors (:mod:`~incr.runtime.deletion`) and the new ones go to
-  one new file, so a batch whose groups are spread over the whole key range rewrites no
-  file; the files a quarter of whose rows the vectors delete, and the small files once
-  there are 32, are compacted, file by file.  Cost and memory follow the batch, not the answer;
+  only (read from the buckets they hash to; a view regrouped from a finer state reads its
+  touched groups' rows in every bucket, and is rewritten when they are most of its groups)
+  and applied with one MERGE: a tombstone per touched group deletes its old rows, its new
+  rows are inserted.  The old rows are marked in their files' deletion vectors
+  (:mod:`~incr.runtime.deletion`) and the new ones go to one new file, so a batch whose
+  groups are spread over the whole key range rewrites no file; the files a quarter of whose
+  rows the vectors delete, and the small files once there are 32, are compacted, file by
+  file.  Cost and memory follow the batch, not the answer;
 * **rewritten** otherwise (a global aggregate, ORDER BY/LIMIT, a group key not shown, the
   first publish, a changed answer query, a fold finished by an earlier run): a(state) over
   the whole state, written as the table's new version.
@@ -43,7 +45,7 @@ import pyarrow.compute as pc
 from incr.compiler.passes.share import served_owner
 from incr.compiler.plan import BUCKET, IncrementalPlan
 from incr.compiler.publish import GONE
-from incr.compiler.sqlgen import merge_ident, render_old_rows
+from incr.compiler.sqlgen import merge_ident, render_touched_rows
 from incr.config import (
     ANSWER_COMPACT_FILES,
     ANSWER_TARGET_FILE_BYTES,
@@ -188,7 +190,9 @@ class AnswerTable:
 
         ``touched``: θ and ``_bucket`` of the groups the batch changed, given only when the
         answer was a(state) of the state before the batch; then a per-group answer is
-        maintained by change.  Otherwise (or when the setting is off) a(state) is rewritten.
+        maintained by change (a regrouped one, of the coarse groups they fall in, while
+        those are few: :meth:`_regrouped_change_pays`).  Otherwise (or when the setting is
+        off) a(state) is rewritten.
         ``noted``: whether rows a fold of ``batch`` kept (:meth:`ViewState.touched_rows`)
         may stand for the state's rows of ``touched``; not when ``touched`` also holds
         groups of earlier folds, whose rows those do not include.
@@ -197,9 +201,14 @@ class AnswerTable:
         if through >= batch:
             return -1
         vectors = self.engines.settings.answer_deletion_vectors
+        regrouped = (touched is not None and self.plan.publish.by_change
+                     and self.plan.answer.rollup is not None)
+        if regrouped:
+            touched = self.coarse_groups(touched)
         if (touched is not None and through >= 0 and self.plan.publish.by_change
                 and self.engines.settings.answer_by_change
-                and (vectors or self._merge_pays(touched))):
+                and (self._regrouped_change_pays(touched) if regrouped
+                     else vectors or self._merge_pays(touched))):
             change = self.compute_change(touched, batch if noted else -1)
             merge = (self.store.merge(self.path, change)
                      .on_groups(self.plan.publish.columns, GONE)
@@ -259,15 +268,43 @@ class AnswerTable:
             return False
         return True
 
+    def _regrouped_change_pays(self, groups: pa.Table) -> bool:
+        """Whether a regrouped answer follows by change: its touched ``groups`` are at most
+        the share ``INCR_ANSWER_MERGE_REACH`` of its rows.
+
+        Their rows of the finer state are read by a filtered scan of every bucket (a
+        group's rows are spread over them), about that share of the state; a rewrite reads
+        the whole state once for every view regrouped from it.  So a batch touching most
+        groups (or a small answer most of whose groups it touches) rewrites the answer.
+        """
+        rows = self.store.row_count(self.path)
+        if rows is None or groups.num_rows > self.engines.settings.answer_merge_reach * rows:
+            log.info("answer view %s: the batch touches %d of its %s groups; rewritten",
+                     self.plan.view, groups.num_rows, rows)
+            return False
+        return True
+
     def compute_change(self, touched: pa.Table, batch: int = -1) -> pa.Table:
         """The answer rows of the ``touched`` groups, with a tombstone per group
         (:meth:`~incr.compiler.plan.IncrementalPlan.answer_change_sql`), from the rows of
         them kept after the fold of ``batch`` (:meth:`ViewState.touched_rows`), else read
         from the touched buckets of the state only (-1: nothing kept applies)."""
         schema = self.store.schema(self.path).append(pa.field(GONE, pa.bool_()))
-        buckets = pc.unique(touched.column(BUCKET)).to_pylist()
+        # a regrouped answer's groups have rows in every bucket of the finer state
+        buckets = (pc.unique(touched.column(BUCKET)).to_pylist()
+                   if BUCKET in touched.column_names else None)
         return self._on_engine(touched.num_rows, lambda name: self._run_change(
             name, touched, buckets, schema, batch))
+
+    def coarse_groups(self, touched: pa.Table) -> pa.Table:
+        """The groups of a regrouped answer (:class:`~incr.compiler.plan.Rollup`) that the
+        ``touched`` groups of the finer state fall in, once each, under the view's names for
+        its keys: those whose answer rows a batch can change."""
+        rollup = self.plan.answer.rollup
+        assert rollup is not None, f"view {self.plan.view} is not regrouped"
+        names = [own for _, own in rollup.keys]
+        fine = pa.table([touched.column(state) for state, _ in rollup.keys], names=names)
+        return fine.group_by(names, use_threads=False).aggregate([])
 
     def compute_top(self, touched: pa.Table) -> pa.Table | None:
         """A top-k answer from the old top rows' groups and the ``touched`` groups (reading
@@ -325,7 +362,7 @@ class AnswerTable:
         finally:
             engine.close()
 
-    def _touched_views(self, engine: Engine, groups: pa.Table, buckets: list[int],
+    def _touched_views(self, engine: Engine, groups: pa.Table, buckets: list[int] | None,
                        batch: int = -1) -> dict[str, str]:
         """Each main state table restricted to the rows of ``groups`` (read from ``buckets``).
 
@@ -338,21 +375,27 @@ class AnswerTable:
         """
         prefix = f"incr_{self.plan.view}_"
         keys = engine.table(f"{prefix}touched", groups)
-        kept = self.state.touched_rows(batch)
-        keep = batch >= 0 and engine.name == DRIVER and self.plan.shares is not None
+        rollup = self.plan.answer.rollup
+        # Rows kept after a fold are those of its finer groups, not of a coarse group whole.
+        kept = self.state.touched_rows(batch) if rollup is None else {}
+        keep = (batch >= 0 and engine.name == DRIVER and self.plan.shares is not None
+                and rollup is None)
         views = {}
         for t in self.plan.answer_tables:
             name = f"{prefix}touched_{t.name}"
             if t.name in kept:
                 views[t.name] = engine.table(name, kept[t.name])
                 continue
-            theta = [k.name for k in t.keys if k.name in groups.column_names]
-            matching = ({c: groups.column(c) for c in theta}
-                        if engine.name == DRIVER and theta else None)
+            if rollup is not None:
+                columns = dict(rollup.keys)  # state column: the view's name for it
+            else:
+                columns = {k.name: k.name for k in t.keys if k.name in groups.column_names}
+            matching = ({c: groups.column(own) for c, own in columns.items()}
+                        if engine.name == DRIVER and columns else None)
             state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets,
                                  matching=matching, every=True,
-                                 bucketed_by=self.plan.top.bucketed_by(t))
-            rows = render_old_rows(t, state, keys)
+                                 bucketed_by=None if rollup else self.plan.top.bucketed_by(t))
+            rows = render_touched_rows(self.plan.answer, t, state, keys)
             if keep:
                 read = engine.collect(rows, self.state.schema(t.name))
                 self.state.note_rows(batch, t.name, read)
@@ -361,7 +404,7 @@ class AnswerTable:
                 views[t.name] = engine.view(name, rows)
         return views
 
-    def _run_change(self, name: str, touched: pa.Table, buckets: list[int],
+    def _run_change(self, name: str, touched: pa.Table, buckets: list[int] | None,
                     schema: pa.Schema, batch: int) -> pa.Table:
         engine = self.engines.engine(name, self.store)
         try:

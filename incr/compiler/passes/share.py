@@ -21,8 +21,10 @@ read the state regrouped by their own keys, each monoid element combined by the 
 aggregate that is its ⊗ (:attr:`~incr.algebra.monoids.Monoid.sql_regroup`), each bag by
 value with its counts summed (:class:`~incr.compiler.plan.Rollup`).  Only a grouping some
 view keeps is a state: one made up to combine groupings no view asks for could hold far
-more rows than any of them.  A regrouped answer is rewritten after every batch (a coarse
-group's rows are spread over the state's buckets), so this is a choice, not the default.
+more rows than any of them.  A regrouped answer follows by change from the rows of the
+coarse groups a batch touched, but those rows are spread over the state's buckets (every
+bucket is scanned for them), and a batch touching most groups rewrites it from the whole
+state; so this is a choice, not the default.
 
 Exactness is unchanged: the merged state holds every monoid element and bag each view
 needs (monoid inference lays them out as for one view computing all the aggregates), and
