@@ -210,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
                                       "Structured Streaming peer and the floor (seed paper §11)")
     sp.add_argument("name", help="groupby, joingroupby, groupby-deletes, joingroupby-deletes, "
                                  "kmeans, pagerank, pagerank-deletes, reachability, shortest-path, "
-                                 "sharing, bucket or backfill")
+                                 "sharing, regroup, bucket or backfill")
     sp.add_argument("--out", default="bench-out",
                     help="folder for NAME.csv, NAME.png, NAME-profile.csv, NAME.json (and the "
                          "work data while running)")
@@ -225,7 +225,7 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--increment", type=int, default=None,
                     help="a single increment size (same as --sizes N)")
     sp.add_argument("--increments", type=int, default=None,
-                    help="increments per run (default 9; sharing: 5)")
+                    help="increments per run (default 9; sharing: 5; regroup: 6)")
     sp.add_argument("--deletes", action="store_true",
                     help="every third increment is a delete batch of rows landed earlier")
     sp.add_argument("--append-only", action="store_true",
@@ -240,7 +240,8 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--groups", type=int, default=None,
                     help="groupby, joingroupby: draw the group key (and join key) from "
                          "[0, GROUPS) instead of [0, 10000], so state and answer grow with "
-                         "the data (e.g. 250000 at 1M rows)")
+                         "the data (e.g. 250000 at 1M rows); regroup: customers (default "
+                         "50000)")
     sp.add_argument("--nodes", type=int, default=None,
                     help="pagerank: node ids of the initial graph (default 5000); "
                          "reachability, shortest-path: nodes of the transit-stub topology, "
@@ -623,6 +624,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from incr.bench.sharing import main_args as sharing_bench
 
         return sharing_bench(Path(args.out), args.views, args.initial_rows,
+                             args.increment or (args.sizes[0] if args.sizes else None),
+                             args.increments, keep_work=args.keep_work)
+    if args.name == "regroup":
+        from incr.bench.regroup import main_args as regroup_bench
+
+        return regroup_bench(Path(args.out), args.groups, args.initial_rows,
                              args.increment or (args.sizes[0] if args.sizes else None),
                              args.increments, keep_work=args.keep_work)
     if args.views is not None:

@@ -113,7 +113,9 @@ def publish_mode(answer: Answer) -> Publish:
                                    f"the answer rows of the groups it touched (those its touched "
                                    f"finer groups fall in), recomputed from their rows of that "
                                    f"state (a filtered scan of every bucket: a group's rows are "
-                                   f"spread over them), matched on {', '.join(c for c, _ in keys)}")
+                                   f"spread over them), matched on {', '.join(c for c, _ in keys)}; "
+                                   f"a batch touching more than INCR_ANSWER_MERGE_REACH of its "
+                                   f"groups rewrites it")
     return Publish(True, keys, "a is per group: each batch MERGEs the answer rows of the groups "
                                f"it touched, matched on {', '.join(c for c, _ in keys)}")
 
