@@ -92,3 +92,33 @@ def test_slices_follow_the_budget_and_memory_settings(tmp_path: Path):
     assert all(sum(groups[g] for g in p.groups()) <= max(groups) * 3 for p in cut)
     assert parts(path, landed, budget=sum(groups)) == []  # fits: whole
     assert parts(path, LandedFile("t", "delete", "t/_deletes/f.parquet", 1, 1), budget=1) == []
+
+
+def test_live_batches_are_worked_out_once_per_version_whatever_the_events(tmp_path: Path,
+                                                                          monkeypatch):
+    """A run asks for the batches several times: they are worked out from the events once
+    per version of the ledger, and again after any append.  Refreshed, archived and
+    skipped batches come out as their events leave them, whatever order the events' files
+    are read in."""
+    store, landing = DeltaStore(), tmp_path / "landing"
+    ledger = Ledger(store, tmp_path / "ledger")
+    landed = [_land(landing, n) for n in range(6)]
+    batches = ledger.register(landed, landing)
+    ledger.refresh(batches[1], 7, 8, "a" * 64)
+    ledger.archive([(batches[2], tmp_path / "archive" / "0002.csv")])
+    ledger.skip(batches[4])
+    ledger.refresh(batches[1], 9, 10, "b" * 64)  # the later refresh wins
+    worked = []
+    real = Ledger._live_batches
+    monkeypatch.setattr(Ledger, "_live_batches",
+                        staticmethod(lambda events: worked.append(1) or real(events)))
+    first = ledger.batches()
+    assert ledger.batches() == first and len(worked) == 1
+    assert [b.seq for b in first] == [0, 1, 2, 3, 5]
+    assert (first[1].size, first[1].mtime_ns, first[1].sha256) == (9, 10, "b" * 64)
+    assert first[2].archived == str(tmp_path / "archive" / "0002.csv") and first[0].archived is None
+    first.pop()  # a caller's list is its own
+    assert [b.seq for b in ledger.batches()] == [0, 1, 2, 3, 5]
+    ledger.skip(batches[0])
+    assert [b.seq for b in ledger.batches()] == [1, 2, 3, 5] and len(worked) == 2
+    assert Ledger(DeltaStore(), tmp_path / "ledger").batches() == ledger.batches()
