@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from incr.compiler import compile_text
+from incr.config import Settings
 from incr.oracle import diff_answers, oracle_answer
 from incr.runtime.pipeline import Pipeline
 from incr.runtime.report import read_answer
@@ -174,6 +175,10 @@ def apply_pending(data, new_pipeline: Callable[[], Pipeline], pipeline: Pipeline
     if not tasks:
         report = pipeline.run()
         assert report.rejected is None, str(report.rejected)
+        for batch in report.applied:
+            for m in batch.views:
+                if pipeline.compiled.plan(m.view).answer.rollup is not None:
+                    event(f"regrouped answer: {m.answer_mode}")
         return frozenset()
     event("per-view tasks")
     report = new_pipeline().prepare()
@@ -231,9 +236,10 @@ def test_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, seed, p
 
 
 @st.composite
-def rollup_programs(draw) -> tuple[str, bool]:
+def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
     """A family over one input grouped by two keys and by each alone (BRR; CMORR when both
-    coarser groupings are there), mostly under ``share = rollup``, its twin under ``off``."""
+    coarser groupings are there), mostly under ``share = rollup``, its twin under ``off``
+    (always rollup with ``rollup_only``)."""
     keys = draw(st.lists(st.sampled_from(KEYS), min_size=2, max_size=2, unique=True))
     where = draw(st.sampled_from(["", *WHERES]))
     groupings = [keys, *draw(st.lists(st.sampled_from([keys, keys[:1], keys[1:]]),
@@ -241,7 +247,8 @@ def rollup_programs(draw) -> tuple[str, bool]:
     views = [draw(aggregate_view(f"v{i}", g, where)) for i, g in enumerate(groupings)]
     append_only = draw(st.booleans()) and draw(st.booleans())
     header = "-- incr: buckets = 4\n" + ("-- incr: append_only = t\n" if append_only else "")
-    header += draw(st.sampled_from(["-- incr: share = rollup\n"] * 3 + ["-- incr: share = off\n"]))
+    header += draw(st.sampled_from(["-- incr: share = rollup\n"] * 3
+                                   + ([] if rollup_only else ["-- incr: share = off\n"])))
     return header + TABLE + "\n" + "\n".join(views) + "\n", append_only
 
 
@@ -256,9 +263,31 @@ def test_regrouped_views_equal_oracle_after_every_batch(spark, tmp_path_factory,
     run_and_check(spark, tmp_path_factory, program, ops, data)
 
 
+#: Regrouped answers by change whenever the touched groups are no more than the answer's
+#: rows, with deletion vectors (answers and state) or copying the files a MERGE touches.
+REGROUPED_CONFIGS = (
+    Settings(answer_merge_reach=1.0, state_vector_rows=0),
+    Settings(answer_merge_reach=1.0, answer_deletion_vectors=False, state_deletion_vectors=False),
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=rollup_programs(rollup_only=True),
+       ops=st.lists(st.sampled_from(["insert", "insert", "delete"]), min_size=3, max_size=6),
+       data=st.data())
+def test_regrouped_answers_by_change_equal_oracle_after_every_batch(spark, tmp_path_factory,
+                                                                    program, ops, data):
+    """Views regrouped from a finer state whose answers follow by change (the coarse groups
+    a batch touched, recomputed from their rows of the finer state, in every bucket) equal
+    DuckDB after every batch, deletes included."""
+    run_and_check(spark, tmp_path_factory, program, ops, data, configs=REGROUPED_CONFIGS)
+
+
 def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[str],
-                  data) -> None:
-    """Runs ``program`` over random batches (``ops``), each view against DuckDB after each."""
+                  data, configs: tuple[Settings, ...] = ANSWER_CONFIGS) -> None:
+    """Runs ``program`` over random batches (``ops``), each view against DuckDB after each;
+    the answers' settings are drawn from ``configs``."""
     text, append_only = program
     compiled = compile_text(text, path="equivalence.sql", name="equivalence")
     root = tmp_path_factory.mktemp("equiv")
@@ -268,7 +297,7 @@ def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[
     local_rows = data.draw(st.sampled_from([0, 8, 200_000]), label="local rows")
     # Answers by change (a MERGE of the touched groups, a top-k from its old rows) always,
     # when it pays, or never (rewritten whole).
-    config = data.draw(st.sampled_from(ANSWER_CONFIGS), label="answers")
+    config = data.draw(st.sampled_from(configs), label="answers")
 
     def new_pipeline() -> Pipeline:
         return Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows,
