@@ -50,8 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from incr.bench.machine import machine_info
-from incr.bench.runner import breakdown
-from incr.bench.sharing import Oracle, Row, state_tables, write_csv
+from incr.bench.sharing import Oracle, Row, begin, state_tables, take_steps, timed_run, write_csv
 from incr.bench.workloads import Increment, draw_deletes, is_delete_step
 from incr.config import settings
 from incr.runtime.landing import DELETE, DELETES_DIR, INSERT
@@ -146,23 +145,23 @@ class Configuration:
 
     def apply(self, step: Increment, initial: int, log: TextIO | None) -> None:
         """Applies ``step`` in one run, timed end to end, and records its row."""
-        t0 = time.perf_counter()
-        report = self.pipeline.run(through=self.seq[step.files["sales"]])
-        seconds = time.perf_counter() - t0
-        if report.rejected is not None:
-            raise report.rejected
-        parts = breakdown(report)
-        parts.pop("answer_rows")
-        parts["other_s"] = seconds - sum(parts.values())
+        report, seconds, parts = timed_run(self.pipeline, self.seq[step.files["sales"]])
         if step.index:
             for batch in report.applied:
                 for v in batch.views:
                     self.modes.setdefault(v.view, Counter())[v.answer_mode or "none"] += 1
         self.rows.append(Row(NAME, len(VIEWS), self.setting, step.index, step.kind, initial,
-                             step.rows, seconds, parts, state_tables(self.warehouse)))
+                             step.rows, seconds, parts, state_tables(self.warehouse),
+                             load1=os.getloadavg()[0]))
         if log:
             print(f"  {self.setting:<7}: batch {step.index} ({step.kind}, {step.rows:,} rows): "
                   f"{seconds:.2f} s", file=log, flush=True)
+
+    def check(self, oracle: Oracle) -> list[str]:
+        """Every view's answer against the oracle; marks the last row ``ok`` or ``MISMATCH``."""
+        problems = oracle.differences(self.compiled, self.warehouse)
+        self.rows[-1].check = "MISMATCH" if problems else "ok"
+        return [f"{self.setting}: {p}" for p in problems]
 
 
 def summary(configs: list[Configuration]) -> dict:
@@ -218,31 +217,14 @@ def run_regroup(out: Path, groups: int = DEFAULT_GROUPS, initial: int = DEFAULT_
     Returns:
         0 when every answer equals the oracle's, 1 when one differs.
     """
-    if spark is None:
-        from incr.runtime.session import spark_session
-
-        spark = spark_session()
-    out.mkdir(parents=True, exist_ok=True)
-    work = out / f"{NAME}-work"
-    shutil.rmtree(work, ignore_errors=True)
-    before = machine_info(spark)
-    t_start = time.perf_counter()
+    spark, work, before, t_start = begin(out, NAME, spark)
     steps, live = land(work / "data", groups, initial, increment, increments)
     configs = [Configuration(spark, s, work / s, work / "data") for s in SETTINGS]
-    for step in steps:  # each step in turn, which setting goes first rotating
-        turn = step.index % len(configs)
-        for config in configs[turn:] + configs[:turn]:
-            config.apply(step, initial, log)
-    oracle = Oracle({"sales": live})
-    mismatches = []
-    for c in configs:
-        problems = oracle.differences(c.compiled, c.warehouse)
-        c.rows[-1].check = "MISMATCH" if problems else "ok"
-        mismatches += [f"{c.setting}: {p}" for p in problems]
+    rows, mismatches = take_steps(configs, steps, Oracle({"sales": live}), log, keep_work)
     if not keep_work:
         shutil.rmtree(work, ignore_errors=True)
     summ = summary(configs)
-    write_csv(out / f"{NAME}.csv", [r for c in configs for r in c.rows])
+    write_csv(out / f"{NAME}.csv", rows)
     meta = {"benchmark": NAME, "command": command, "groups": groups, "products": PRODUCTS,
             "initial_rows": initial, "increment": increment, "increments": increments,
             "views": [v.split(" AS ", 1)[0].split()[-1] for v in VIEWS],

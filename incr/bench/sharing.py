@@ -62,9 +62,10 @@ import statistics
 import sys
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from incr.compiler import CompiledProgram
+    from incr.runtime.pipeline import Pipeline, RunReport
 
 NAME = "sharing"
 DEFAULT_VIEWS = (1, 2, 5, 10, 20)
@@ -349,14 +351,7 @@ class Configuration:
         """Applies ``step`` in one run, timed end to end, and records its row."""
         # customers' file is registered only when a view reads it (a join view)
         upto = max(self.seq[p] for p in step.files.values() if p in self.seq)
-        t0 = time.perf_counter()
-        report = self.pipeline.run(through=upto)
-        seconds = time.perf_counter() - t0
-        if report.rejected is not None:
-            raise report.rejected
-        parts = breakdown(report)
-        parts.pop("answer_rows")
-        parts["other_s"] = seconds - sum(parts.values())
+        _, seconds, parts = timed_run(self.pipeline, upto)
         self.rows.append(Row(NAME, self.views, self.setting, step.index, step.kind, initial,
                              step.rows, seconds, parts, state_tables(self.warehouse),
                              load1=os.getloadavg()[0]))
@@ -378,6 +373,59 @@ class Configuration:
         return [f"{' '.join(self.label.split())}: {p}" for p in problems]
 
 
+class Measured(Protocol):
+    """A program a bench measures on its own landing and warehouse (``work``).
+
+    It records one row per step it takes (:func:`take_steps`).
+    """
+
+    work: Path
+    rows: list[Row]
+
+    def apply(self, step: Increment, initial: int, log: TextIO | None) -> None: ...
+
+    def check(self, oracle: Oracle) -> list[str]: ...
+
+
+def timed_run(pipeline: Pipeline, through: int) -> tuple[RunReport, float, dict[str, float]]:
+    """Runs ``pipeline`` through batch ``through``, timed end to end.
+
+    Returns:
+        The run's report, its seconds, and incr's breakdown of them with the rest as
+        ``other_s``.
+
+    Raises:
+        InputError: the run rejected a batch.
+    """
+    t0 = time.perf_counter()
+    report = pipeline.run(through=through)
+    seconds = time.perf_counter() - t0
+    if report.rejected is not None:
+        raise report.rejected
+    parts = breakdown(report)
+    parts.pop("answer_rows")
+    parts["other_s"] = seconds - sum(parts.values())
+    return report, seconds, parts
+
+
+def begin(out: Path, name: str,
+          spark: SparkSession | None) -> tuple[SparkSession, Path, dict, float]:
+    """A bench run's start.
+
+    Returns:
+        The session (started when not given), the work folder ``out/<name>-work`` (emptied),
+        the machine as found, and the clock.
+    """
+    if spark is None:
+        from incr.runtime.session import spark_session
+
+        spark = spark_session()
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / f"{name}-work"
+    shutil.rmtree(work, ignore_errors=True)
+    return spark, work, machine_info(spark), time.perf_counter()
+
+
 def run_views(spark: SparkSession, views: int, work: Path, data: Path, steps: list[Increment],
               oracle: Oracle | None, log: TextIO | None,
               keep_work: bool = False) -> tuple[list[Row], list[str]]:
@@ -387,7 +435,7 @@ def run_views(spark: SparkSession, views: int, work: Path, data: Path, steps: li
         The rows and, when ``oracle`` is given, each view that differs from it after the
         last step.
     """
-    return _run([Configuration(spark, views, share, work / f"views-{views}-{share}", data)
+    return take_steps([Configuration(spark, views, share, work / f"views-{views}-{share}", data)
                  for share in SETTINGS], steps, oracle, log, keep_work)
 
 
@@ -402,12 +450,12 @@ def run_alone(spark: SparkSession, views: int, work: Path, data: Path, steps: li
         The rows and, when ``oracle`` is given, each view that differs from it after the
         last step.
     """
-    return _run([Configuration(spark, position, ALONE, work / f"alone-{position}", data)
+    return take_steps([Configuration(spark, position, ALONE, work / f"alone-{position}", data)
                  for position in range(1, views + 1)], steps, oracle, log, keep_work)
 
 
-def _run(configs: list[Configuration], steps: list[Increment], oracle: Oracle | None,
-         log: TextIO | None, keep_work: bool) -> tuple[list[Row], list[str]]:
+def take_steps(configs: Sequence[Measured], steps: list[Increment], oracle: Oracle | None,
+               log: TextIO | None, keep_work: bool) -> tuple[list[Row], list[str]]:
     """Applies ``steps`` to ``configs``, then the oracle checks every view.
 
     The configurations take each step in turn (which goes first rotates), so load from
@@ -589,15 +637,7 @@ def run_sharing(out: Path, views: tuple[int, ...] = DEFAULT_VIEWS,
         print(f"error: --views takes numbers of views from 1 to {len(CATALOGUE)}, got "
               f"{','.join(map(str, views))}", file=sys.stderr)
         return 2
-    if spark is None:
-        from incr.runtime.session import spark_session
-
-        spark = spark_session()
-    out.mkdir(parents=True, exist_ok=True)
-    work = out / f"{NAME}-work"
-    shutil.rmtree(work, ignore_errors=True)
-    before = machine_info(spark)
-    t_start = time.perf_counter()
+    spark, work, before, t_start = begin(out, NAME, spark)
     if warm_up:
         # The JVM's first jobs and the driver's first translation of each view's SQL are
         # one-off costs; the largest program, in every setting, takes them before anything counts.
