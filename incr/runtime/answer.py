@@ -113,14 +113,23 @@ class AnswerTable:
         schema = self.store.schema(self.path) if name == DRIVER and published else None
         engine = self.engines.engine(name, self.store, typed=not published)
         try:
-            return engine.collect(self.plan.answer_sql(self._state_views(engine)), schema)
+            views = self._state_views(engine, scanned=published and self._small())
+            return engine.collect(self.plan.answer_sql(views), schema)
         finally:
             engine.close()
 
-    def _state_views(self, engine: Engine) -> dict[str, str]:
-        """Each main state table a reads, whole, registered on ``engine``."""
-        return {t.name: engine.delta(f"incr_{self.plan.view}_state_{t.name}",
-                                     self.state.path(t.name))
+    def _small(self) -> bool:
+        """Whether the published answer holds at most ``INCR_LOCAL_STATE_ROWS`` rows: then
+        the next one most likely does too, however large the state it is computed from (a
+        view regrouped from a finer state, the first k rows, a HAVING that keeps few)."""
+        rows = self.store.row_count(self.path)
+        return rows is not None and rows <= self.engines.settings.local_state_rows
+
+    def _state_views(self, engine: Engine, scanned: bool = False) -> dict[str, str]:
+        """Each main state table a reads, whole, registered on ``engine``; ``scanned``: by
+        :meth:`~incr.runtime.engine.Engine.scan`, for an answer smaller than the state."""
+        register = engine.scan if scanned else engine.delta
+        return {t.name: register(f"incr_{self.plan.view}_state_{t.name}", self.state.path(t.name))
                 for t in self.plan.answer_tables}
 
     def _rewrite(self, batch: int, published: bool) -> int:

@@ -84,6 +84,13 @@ class Engine(abc.ABC):
         looks for its own values only).
         """
 
+    def scan(self, name: str, path: Path) -> str:
+        """Registers the current version of the Delta table at ``path`` as ``name``, whole,
+        for a query that keeps little of it (an aggregate to a few groups, the first k
+        rows): an engine may read the table as the query runs rather than hold its rows,
+        whatever its size.  By default, :meth:`delta`."""
+        return self.delta(name, path)
+
     @abc.abstractmethod
     def view(self, name: str, sql: Query | str, cache: bool = False,
              schema: pa.Schema | None = None) -> str:

@@ -33,18 +33,20 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
 from incr.compiler.dialect import Bucket, Query
+from incr.errors import StorageError
 from incr.runtime import sparkhash
 from incr.runtime.diskcache import DiskCache
 from incr.runtime.engine import DRIVER, Engine, NotLocal, as_query, per_engine
 from incr.runtime.sparktypes import SparkTypes, spark_form
 
 if TYPE_CHECKING:
-    from incr.runtime.store import DeltaStore
+    from incr.runtime.store import DeltaStore, Snapshot
 
 _ALLOWED = (
     exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
@@ -296,6 +298,53 @@ class LocalSql:
         return out
 
 
+#: Characters DuckDB's Parquet reader takes for a pattern in a file's name.
+_PATTERN = set("*?[]{}")
+#: The columns :func:`parquet_scan` asks DuckDB's reader for, besides the table's.
+_SCAN_COLUMNS = {"filename", "file_row_number"}
+#: DuckDB's names of the types a partition column may have (incr partitions by ``_bucket``).
+_PARTITION_TYPES = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.string(): "VARCHAR"}
+
+
+def parquet_scan(snapshot: Snapshot, gone: str | None) -> str:
+    """DuckDB SQL reading the rows of a table's version from its Parquet files, as Spark's
+    :func:`~incr.runtime.session.read_delta` does: the partition values from the files'
+    folders, a column some files lack as NULL, and with ``gone`` (a table of ``file``,
+    ``row``: the rows the deletion vectors delete, positions from 0) those rows left out.
+
+    Raises:
+        NotLocal: a file DuckDB cannot read by its name, or a column it cannot tell apart
+            from the reader's own.
+    """
+    odd = [f for f in snapshot.files if "://" in f or _PATTERN & set(f) or "'" in f]
+    if odd:
+        raise NotLocal(f"{Path(snapshot.root).name}: DuckDB would not read {odd[0]} by its name")
+    if snapshot.partition_by and "=" in snapshot.root:  # DuckDB would take it for a partition
+        raise NotLocal(f"{Path(snapshot.root).name}: its folder's path holds a '='")
+    if _SCAN_COLUMNS & set(snapshot.schema.names):
+        raise NotLocal(f"{Path(snapshot.root).name}: a column is named like one DuckDB's "
+                       f"reader adds ({', '.join(sorted(_SCAN_COLUMNS))})")
+    options = ["union_by_name = true"]
+    if snapshot.partition_by:
+        kinds = {c: _PARTITION_TYPES.get(snapshot.schema.field(c).type)
+                 for c in snapshot.partition_by}
+        if None in kinds.values():
+            raise NotLocal(f"{Path(snapshot.root).name}: a partition column of a type the "
+                           f"driver does not read from a folder's name")
+        options += ["hive_partitioning = true", "hive_types = {" + ", ".join(
+            f"'{c}': {kind}" for c, kind in kinds.items()) + "}"]
+    else:
+        options.append("hive_partitioning = false")
+    if gone is not None:
+        options += ["filename = true", "file_row_number = true"]
+    files = ", ".join(f"'{f}'" for f in snapshot.files)
+    columns = ", ".join(f'p."{c}"' for c in snapshot.schema.names)
+    sql = f"SELECT {columns} FROM read_parquet([{files}], {', '.join(options)}) AS p"
+    if gone is not None:
+        sql += f' ANTI JOIN "{gone}" AS g ON p.filename = g.file AND p.file_row_number = g.row'
+    return sql
+
+
 def _check_precision(table: pa.Table) -> None:
     """Raises NotLocal if a DECIMAL value has more digits than its column's precision.
 
@@ -368,6 +417,35 @@ class DriverEngine(Engine):
             raise NotLocal(f"{what} has {rows} rows > INCR_LOCAL_STATE_ROWS="
                            f"{self.sql.max_state_rows}")
         return self.table(name, self.store.read(path, buckets=buckets))
+
+    def scan(self, name: str, path: Path) -> str:
+        """:meth:`delta` while the table holds at most ``max_state_rows``; a larger one is
+        defined as a DuckDB view over its Parquet files (:func:`parquet_scan`), which DuckDB
+        reads as the query runs, holding what the query keeps (a few groups' aggregates, the
+        first k rows), not the table.  Spark's per-job cost is then left for queries whose
+        result is large.  A table whose files DuckDB cannot name (remote, or a path it would
+        read as a pattern) is for Spark."""
+        assert self.store is not None, "this driver engine reads no Delta tables"
+        rows = self.store.row_count(path)
+        if rows is not None and rows <= self.sql.max_state_rows:
+            return self.delta(name, path)
+        try:
+            snapshot = self.store.snapshot(path)
+        except StorageError as e:
+            raise NotLocal(f"{Path(path).name}: {e}") from e
+        gone = None
+        if snapshot.deleted:  # rows of the files' deletion vectors: left out by file and row
+            files = list(snapshot.deleted)
+            gone = self.table(f"{name}__gone", pa.table({
+                "file": pa.array(np.repeat(np.array(files, dtype=object),
+                                           [len(snapshot.deleted[f]) for f in files]), pa.string()),
+                "row": pa.array(np.concatenate([snapshot.deleted[f] for f in files]), pa.int64())}))
+        if not snapshot.files:
+            return self.table(name, snapshot.schema.empty_table())
+        self.sql._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS '
+                              f'{parquet_scan(snapshot, gone)}')
+        self._views.append(name)
+        return name
 
     def view(self, name: str, sql: Query | str, cache: bool = False,
              schema: pa.Schema | None = None) -> str:

@@ -318,3 +318,68 @@ def test_a_new_process_reads_the_translations_an_earlier_one_kept(tmp_path, monk
     monkeypatch.setattr(local, "translator", lambda: "another")
     with pytest.raises(AssertionError, match="translated again"):
         fresh().query(counted, {"batch": batch}, schema)
+
+
+def _scanned(store, path, max_state_rows: int = 1) -> pa.Table:
+    """The table at ``path`` as the driver's streamed read (DriverEngine.scan) gives it."""
+    from incr.runtime.local import DriverEngine
+
+    engine = DriverEngine(LocalSql(max_state_rows=max_state_rows), store)
+    try:
+        name = engine.scan("t", path)
+        return engine.collect(f"SELECT * FROM {name}", store.schema(path))
+    finally:
+        engine.close()
+
+
+def test_a_table_larger_than_the_driver_holds_is_scanned_as_a_read_gives_it(tmp_path):
+    """DuckDB reading a table's Parquet files (the partition values from their folders, the
+    rows of its deletion vectors left out) gives the rows and types a whole read does."""
+    from datetime import date, datetime
+    from decimal import Decimal
+
+    from incr.compiler.plan import BUCKET
+    from incr.runtime.store import DeltaStore
+
+    path = tmp_path / "wh with space" / "t"
+    n = 12
+    data = pa.table({
+        BUCKET: pa.array([i % 3 for i in range(n)], pa.int32()),
+        "k": pa.array(range(n), pa.int64()),
+        "s": pa.array([None if i == 5 else f"s{i}" for i in range(n)]),
+        "d": pa.array([Decimal(f"{i}.25") for i in range(n)], pa.decimal128(10, 2)),
+        "day": pa.array([date(2026, 1, 1 + i) for i in range(n)]),
+        "at": pa.array([datetime(2026, 1, 1, i) for i in range(n)], pa.timestamp("us")),
+    })
+    store = DeltaStore()
+    store.write(path, data.slice(0, 7), mode="append", batch=0, partition_by=[BUCKET])
+    store.write(path, data.slice(7), mode="append", batch=1, partition_by=[BUCKET])
+
+    def same() -> None:
+        got, want = _scanned(store, path), store.read(path)
+        assert got.schema == want.schema
+        assert got.sort_by("k").equals(want.sort_by("k"))
+
+    same()
+    store.replace_rows(path, pa.table({"k": pa.array([2, 4, 9], pa.int64())}),
+                       data.slice(0, 0), batch=2)
+    assert store.deleted_rows(path) == (3, n)  # in their files, marked deleted
+    same()
+    assert sorted(_scanned(store, path)["k"].to_pylist()) == [0, 1, 3, 5, 6, 7, 8, 10, 11]
+
+
+def test_a_scan_within_the_driver_limit_reads_the_table_and_odd_names_go_to_spark(tmp_path):
+    from incr.compiler.plan import BUCKET
+    from incr.runtime.engine import NotLocal
+    from incr.runtime.store import DeltaStore
+
+    store = DeltaStore()
+    small = tmp_path / "small"
+    store.write(small, pa.table({"k": [1, 2]}), mode="append", batch=0)
+    assert _scanned(store, small, max_state_rows=10)["k"].to_pylist() == [1, 2]
+    odd = tmp_path / "a{1}" / "t"  # a pattern to DuckDB's reader
+    store.write(odd, pa.table({BUCKET: pa.array([0, 1], pa.int32()), "k": [1, 2]}),
+                mode="append", batch=0, partition_by=[BUCKET])
+    with pytest.raises(NotLocal, match="by its name"):
+        _scanned(store, odd)
+    assert sorted(_scanned(store, odd, max_state_rows=10)["k"].to_pylist()) == [1, 2]

@@ -632,3 +632,55 @@ def test_a_coarser_view_added_beside_a_lone_view_shares_after_a_refresh(spark, d
     Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
     _check(warehouse, after, 3)
     assert _states(warehouse) == {share.owner}
+
+
+def test_an_answer_smaller_than_its_state_is_computed_on_the_driver_from_its_files(
+        spark, dirs, monkeypatch):
+    """A regrouped view and a top-k view whose answers hold at most
+    ``INCR_LOCAL_STATE_ROWS`` rows are rewritten on the driver from a state larger than
+    that: DuckDB reads the state's files as the query runs (the rows its deletion vectors
+    delete left out), where before each such answer was a Spark job.  Equal to DuckDB
+    over the live rows after every batch, deletes included."""
+    landing, warehouse = dirs
+    fine = "CREATE VIEW by_kv AS SELECT k, v, SUM(x) AS s, COUNT(*) AS n FROM t GROUP BY k, v;\n"
+    coarse = ("CREATE VIEW per_k AS SELECT k, SUM(v) AS total, MIN(x) AS low, COUNT(*) AS n "
+              "FROM t GROUP BY k;\n")
+    top = ("CREATE VIEW top_kv AS SELECT k, v, SUM(x) AS s FROM t GROUP BY k, v "
+           "ORDER BY s DESC, k, v LIMIT 2;\n")
+    compiled = compile_text(ROLLUP + TABLE + fine + coarse + top, name="shop")
+    (share,) = compiled.shares
+    assert set(share.views) == {"by_kv", "per_k", "top_kv"}
+    # The state's 30 groups are more than the driver holds; the small answers are not.
+    config = Settings(local_state_rows=12, state_vector_rows=4)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000, config=config)
+    from_spark: list[str] = []
+    write_from_spark = AnswerTable._write_from_spark
+
+    def spy(self: AnswerTable, batch: int) -> int:
+        from_spark.append(self.plan.view)
+        return write_from_spark(self, batch)
+
+    monkeypatch.setattr(AnswerTable, "_write_from_spark", spy)
+    scans: list[bool] = []
+    scan = DriverEngine.scan
+
+    def scanned(self: DriverEngine, name: str, path: Path) -> str:
+        out = scan(self, name, path)
+        scans.append(f"{name}__gone" in self._tables)
+        return out
+
+    monkeypatch.setattr(DriverEngine, "scan", scanned)
+    live: dict[str, list[tuple]] = {"t": []}
+    every = [(f"k{i}", v, float(v * 3 + i)) for i in range(3) for v in range(10)]
+    steps = [
+        ("t", False, every),
+        ("t", False, [(f"k{i}", 4, 40.0 + i) for i in range(3)]),  # every coarse group
+        ("t", True, [("k0", 0, 0.0), ("k1", 9, 28.0), ("k2", 9, 29.0), ("k2", 4, 42.0)]),
+        ("t", False, [("k0", 11, 1.5), ("k1", 12, 0.5), ("k2", 3, 99.0)]),
+    ]
+    for seq, batch in enumerate(steps):
+        from_spark.clear()
+        _joined_step(landing, warehouse, pipeline.run, compiled, {"t": SCHEMA}, live, seq, batch)
+        if seq:  # the first answers take Spark's types, from Spark
+            assert "per_k" not in from_spark and "top_kv" not in from_spark, (seq, from_spark)
+    assert scans and any(scans), "no answer read the state's files past its deletion vectors"
