@@ -266,15 +266,22 @@ class LocalSql:
         finally:
             engine.close()
 
-    def _run(self, query: Query, schema: pa.Schema) -> pa.Table:
-        """The query's rows cast to ``schema`` with its bucket filled in; NotLocal says why not."""
+    def _run(self, query: Query, schema: pa.Schema, most: int | None = None) -> pa.Table:
+        """The query's rows cast to ``schema`` with its bucket filled in; NotLocal says why not.
+
+        ``most``: the rows the driver takes from a query over tables it did not hold
+        (:meth:`DriverEngine.scan`): the result is fetched in batches and given up past it.
+        """
         import duckdb
 
         prepared = self.translate(query.sql, query.bucket)
         if isinstance(prepared, str):
             raise NotLocal(prepared)
         try:
-            result = self._con.execute(prepared.sql).to_arrow_table()
+            if most is None:
+                result = self._con.execute(prepared.sql).to_arrow_table()
+            else:
+                result = _at_most(self._con.execute(prepared.sql).fetch_record_batch(), most)
         except duckdb.Error as e:
             raise NotLocal(f"DuckDB refused it ({str(e).splitlines()[0][:120]})") from e
         if sorted(result.column_names) != sorted(schema.names):
@@ -296,6 +303,17 @@ class LocalSql:
             out = out.set_column(index, schema.field(index), values.cast(schema.field(index).type))
         self.queries += 1
         return out
+
+
+def _at_most(reader: pa.RecordBatchReader, most: int) -> pa.Table:
+    """The reader's rows, while they are at most ``most``; NotLocal past that."""
+    batches, rows = [], 0
+    for batch in reader:
+        rows += batch.num_rows
+        if rows > most:
+            raise NotLocal(f"its result holds more than INCR_LOCAL_STATE_ROWS={most} rows")
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=reader.schema)
 
 
 #: Characters DuckDB's Parquet reader takes for a pattern in a file's name.
@@ -382,6 +400,7 @@ class DriverEngine(Engine):
         self._tables: list[str] = []
         self._views: list[str] = []
         self._held: list[str] = []  # DuckDB tables (:meth:`hold`)
+        self._scanned = False  # a table registered by scan() is read as a query runs
 
     def table(self, name: str, data: pa.Table) -> str:
         self.sql._con.register(name, data)
@@ -423,8 +442,9 @@ class DriverEngine(Engine):
         defined as a DuckDB view over its Parquet files (:func:`parquet_scan`), which DuckDB
         reads as the query runs, holding what the query keeps (a few groups' aggregates, the
         first k rows), not the table.  Spark's per-job cost is then left for queries whose
-        result is large.  A table whose files DuckDB cannot name (remote, or a path it would
-        read as a pattern) is for Spark."""
+        result is large: a query over such a view gives way to Spark once its result passes
+        ``max_state_rows`` (:meth:`collect`).  A table whose files DuckDB cannot name
+        (remote, or a path it would read as a pattern) is for Spark."""
         assert self.store is not None, "this driver engine reads no Delta tables"
         rows = self.store.row_count(path)
         if rows is not None and rows <= self.sql.max_state_rows:
@@ -445,6 +465,7 @@ class DriverEngine(Engine):
         self.sql._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS '
                               f'{parquet_scan(snapshot, gone)}')
         self._views.append(name)
+        self._scanned = True
         return name
 
     def view(self, name: str, sql: Query | str, cache: bool = False,
@@ -483,7 +504,8 @@ class DriverEngine(Engine):
     def collect(self, sql: Query | str, schema: pa.Schema | None = None) -> pa.Table:
         if schema is None:
             raise NotLocal("the result has no target table to take its types from")
-        return self.sql._run(as_query(sql), schema)
+        return self.sql._run(as_query(sql), schema,
+                             most=self.sql.max_state_rows if self._scanned else None)
 
     def close(self) -> None:
         for name in reversed(self._views):
@@ -493,6 +515,7 @@ class DriverEngine(Engine):
         for name in self._held:
             self.sql._con.execute(f'DROP TABLE IF EXISTS "{name}"')
         self._tables, self._views, self._held = [], [], []
+        self._scanned = False
 
 
 class TypedDriverEngine(DriverEngine):

@@ -264,10 +264,14 @@ def test_regrouped_views_equal_oracle_after_every_batch(spark, tmp_path_factory,
 
 
 #: Regrouped answers by change whenever the touched groups are no more than the answer's
-#: rows, with deletion vectors (answers and state) or copying the files a MERGE touches.
+#: rows, with deletion vectors (answers and state) or copying the files a MERGE touches; or
+#: always rewritten, by the driver from the finer state's files once it holds more rows than
+#: the driver does (INCR_LOCAL_STATE_ROWS 4).
 REGROUPED_CONFIGS = (
     Settings(answer_merge_reach=1.0, state_vector_rows=0),
     Settings(answer_merge_reach=1.0, answer_deletion_vectors=False, state_deletion_vectors=False),
+    # rewritten, from the finer state's files once it holds more than the driver does
+    Settings(answer_merge_reach=0.0, state_vector_rows=0, local_state_rows=4),
 )
 
 

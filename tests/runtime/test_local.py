@@ -321,12 +321,16 @@ def test_a_new_process_reads_the_translations_an_earlier_one_kept(tmp_path, monk
 
 
 def _scanned(store, path, max_state_rows: int = 1) -> pa.Table:
-    """The table at ``path`` as the driver's streamed read (DriverEngine.scan) gives it."""
+    """The table at ``path`` as the driver's read of its files (DriverEngine.scan) gives it,
+    when it holds more than ``max_state_rows``.  A query over it may then give as many rows
+    (the limit is raised once the table is registered)."""
     from incr.runtime.local import DriverEngine
 
-    engine = DriverEngine(LocalSql(max_state_rows=max_state_rows), store)
+    sql = LocalSql(max_state_rows=max_state_rows)
+    engine = DriverEngine(sql, store)
     try:
         name = engine.scan("t", path)
+        sql.max_state_rows = 1_000
         return engine.collect(f"SELECT * FROM {name}", store.schema(path))
     finally:
         engine.close()
@@ -383,3 +387,29 @@ def test_a_scan_within_the_driver_limit_reads_the_table_and_odd_names_go_to_spar
     with pytest.raises(NotLocal, match="by its name"):
         _scanned(store, odd)
     assert sorted(_scanned(store, odd, max_state_rows=10)["k"].to_pylist()) == [1, 2]
+
+
+def test_a_query_over_a_scanned_table_gives_way_past_the_driver_limit(tmp_path):
+    """What the driver takes from a table it did not hold is bounded too: a result of more
+    than INCR_LOCAL_STATE_ROWS rows goes to Spark (NotLocal), a smaller one is kept."""
+    from incr.compiler.plan import BUCKET
+    from incr.runtime.engine import NotLocal
+    from incr.runtime.local import DriverEngine
+    from incr.runtime.store import DeltaStore
+
+    store = DeltaStore()
+    path = tmp_path / "t"
+    store.write(path, pa.table({BUCKET: pa.array([i % 2 for i in range(6)], pa.int32()),
+                                "k": pa.array([i % 3 for i in range(6)], pa.int64())}),
+                mode="append", batch=0, partition_by=[BUCKET])
+    engine = DriverEngine(LocalSql(max_state_rows=4), store)
+    try:
+        name = engine.scan("t", path)
+        with pytest.raises(NotLocal, match="more than INCR_LOCAL_STATE_ROWS=4"):
+            engine.collect(f"SELECT k FROM {name}", pa.schema([("k", pa.int64())]))
+        groups = engine.collect(f"SELECT k, COUNT(*) AS n FROM {name} GROUP BY k",
+                                pa.schema([("k", pa.int64()), ("n", pa.int64())]))
+        assert sorted(groups.to_pylist(), key=lambda r: r["k"]) == [
+            {"k": k, "n": 2} for k in range(3)]
+    finally:
+        engine.close()
