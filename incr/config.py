@@ -13,6 +13,7 @@ the environment.
 | INCR_LEASE_TTL_S        | 60        | seconds a bucket warehouse's lock lease lasts unless renewed     |
 | INCR_LOCAL_ROWS         | 200000    | largest batch the driver-side engine may take (0: Spark only)     |
 | INCR_LOCAL_STATE_ROWS   | 1000000   | largest state/side table the driver-side engine reads             |
+|                         |           | (and answer it computes from the files of a larger state)         |
 | INCR_LOCAL_INDEX_ROWS   | 5000000   | largest row index the driver checks deletes against               |
 | INCR_GROUP_BATCHES      | 1         | fold pending driver-sized batches of different sources as one step |
 | INCR_ANSWER_BY_CHANGE   | 1         | 0: rewrite every answer whole, even where it could follow by change |
