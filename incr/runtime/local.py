@@ -445,6 +445,8 @@ class DriverEngine(Engine):
         result is large: a query over such a view gives way to Spark once its result passes
         ``max_state_rows`` (:meth:`collect`).  A table whose files DuckDB cannot name
         (remote, or a path it would read as a pattern) is for Spark."""
+        import duckdb
+
         assert self.store is not None, "this driver engine reads no Delta tables"
         rows = self.store.row_count(path)
         if rows is not None and rows <= self.sql.max_state_rows:
@@ -462,8 +464,12 @@ class DriverEngine(Engine):
                 "row": pa.array(np.concatenate([snapshot.deleted[f] for f in files]), pa.int64())}))
         if not snapshot.files:
             return self.table(name, snapshot.schema.empty_table())
-        self.sql._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS '
-                              f'{parquet_scan(snapshot, gone)}')
+        sql = parquet_scan(snapshot, gone)
+        try:  # DuckDB reads the files' footers as it defines the view
+            self.sql._con.execute(f'CREATE OR REPLACE TEMP VIEW "{name}" AS {sql}')
+        except duckdb.Error as e:
+            raise NotLocal(f"{Path(path).name}: DuckDB refused its files "
+                           f"({str(e).splitlines()[0][:120]})") from e
         self._views.append(name)
         self._scanned = True
         return name

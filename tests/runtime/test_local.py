@@ -413,3 +413,26 @@ def test_a_query_over_a_scanned_table_gives_way_past_the_driver_limit(tmp_path):
             {"k": k, "n": 2} for k in range(3)]
     finally:
         engine.close()
+
+
+def test_a_table_whose_files_duckdb_refuses_goes_to_spark(tmp_path):
+    """A file DuckDB cannot read as Parquet (here: not one) is no error of the run: the
+    table is left to Spark, which says what it finds."""
+    from incr.compiler.plan import BUCKET
+    from incr.runtime.engine import NotLocal
+    from incr.runtime.local import DriverEngine
+    from incr.runtime.store import DeltaStore, table_files
+
+    store = DeltaStore()
+    path = tmp_path / "t"
+    store.write(path, pa.table({BUCKET: pa.array([0, 1], pa.int32()), "k": [1, 2]}),
+                mode="append", batch=0, partition_by=[BUCKET])
+    broken = table_files(store.table(path))[0]
+    with open(broken, "wb") as f:
+        f.write(b"not parquet")
+    engine = DriverEngine(LocalSql(max_state_rows=1), store)
+    try:
+        with pytest.raises(NotLocal, match="DuckDB refused its files"):
+            engine.scan("t", path)
+    finally:
+        engine.close()
