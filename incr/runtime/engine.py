@@ -239,6 +239,8 @@ CROSS_ENGINE_TESTS: dict[str, str] = {
     "compiled SQL": "tests/runtime/test_local.py::test_query_equals_spark_h_buckets_and_types_included",
     "result types": "tests/runtime/test_sparktypes.py::test_new_tables_have_the_types_spark_gives_them",
     "⊗/⊗̃ as MERGE and as a query": "tests/runtime/test_engines.py::test_merge_and_combined_query_agree",
+    "Delta read from its files":
+        "tests/runtime/test_engines.py::test_a_table_read_from_its_files_is_the_same_on_both_engines",
 }
 #: rule -> engine -> qualified names of the functions implementing it (filled by per_engine).
 IMPLEMENTATIONS: dict[str, dict[str, list[str]]] = {}

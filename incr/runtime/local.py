@@ -33,7 +33,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 import sqlglot
 from sqlglot import exp
@@ -324,6 +323,7 @@ _SCAN_COLUMNS = {"filename", "file_row_number"}
 _PARTITION_TYPES = {pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.string(): "VARCHAR"}
 
 
+@per_engine("Delta read from its files", DRIVER)
 def parquet_scan(snapshot: Snapshot, gone: str | None) -> str:
     """DuckDB SQL reading the rows of a table's version from its Parquet files, as Spark's
     :func:`~incr.runtime.session.read_delta` does: the partition values from the files'
@@ -457,11 +457,7 @@ class DriverEngine(Engine):
             raise NotLocal(f"{Path(path).name}: {e}") from e
         gone = None
         if snapshot.deleted:  # rows of the files' deletion vectors: left out by file and row
-            files = list(snapshot.deleted)
-            gone = self.table(f"{name}__gone", pa.table({
-                "file": pa.array(np.repeat(np.array(files, dtype=object),
-                                           [len(snapshot.deleted[f]) for f in files]), pa.string()),
-                "row": pa.array(np.concatenate([snapshot.deleted[f] for f in files]), pa.int64())}))
+            gone = self.table(f"{name}__gone", snapshot.deleted_rows("file", "row"))
         if not snapshot.files:
             return self.table(name, snapshot.schema.empty_table())
         sql = parquet_scan(snapshot, gone)

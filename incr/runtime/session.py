@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 
 from incr.compiler.dialect import Query
@@ -159,6 +158,7 @@ def arrow_frame(spark: SparkSession, data: pa.Table) -> DataFrame:
     return spark.createDataFrame(data, schema=from_arrow_schema(data.schema, prefer_timestamp_ntz=True))
 
 
+@per_engine("Delta read from its files", SPARK)
 def read_delta(spark: SparkSession, store: DeltaStore, path: str,
                buckets: Iterable[int] | None = None) -> DataFrame:
     """A DataFrame over the current version of the Delta table at ``path`` (only the files
@@ -178,12 +178,7 @@ def read_delta(spark: SparkSession, store: DeltaStore, path: str,
         # A file is named by its path under the table (its partition directories and name):
         # Spark names the files of one partitioned write alike in every partition.
         depth = len(snapshot.partition_by) + 1
-        files = list(snapshot.deleted)
-        names = np.repeat(np.array(["/".join(Path(f).parts[-depth:]) for f in files], dtype=object),
-                          [len(snapshot.deleted[f]) for f in files])
-        positions = np.concatenate([snapshot.deleted[f] for f in files])
-        gone = arrow_frame(spark, pa.table({"incr_file__": pa.array(names, pa.string()),
-                                            "incr_row__": pa.array(positions, pa.int64())}))
+        gone = arrow_frame(spark, snapshot.deleted_rows("incr_file__", "incr_row__", depth))
         frame = (frame.withColumn("incr_file__",
                                   F.substring_index(F.col("_metadata.file_path"), "/", -depth))
                  .withColumn("incr_row__", F.col("_metadata.row_index"))

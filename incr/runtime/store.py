@@ -95,6 +95,18 @@ class Snapshot:
     #: as in ``files``; files without a vector are absent.
     deleted: Mapping[str, Any] = field(default_factory=dict)
 
+    def deleted_rows(self, file: str, row: str, depth: int | None = None) -> pa.Table:
+        """:attr:`deleted` as a table of one row per deleted row: the file (its last
+        ``depth`` path parts when given, else its path as in ``files``) and the position,
+        for an engine to leave those rows out of a read of the files by an anti-join."""
+        files = list(self.deleted)
+        names = [f if depth is None else "/".join(Path(f).parts[-depth:]) for f in files]
+        return pa.table({
+            file: pa.array(np.repeat(np.array(names, dtype=object),
+                                     [len(self.deleted[f]) for f in files]), pa.string()),
+            row: pa.array(np.concatenate([self.deleted[f] for f in files]) if files else [],
+                          pa.int64())})
+
 
 @dataclass
 class MergeMetrics:
