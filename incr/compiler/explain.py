@@ -196,6 +196,11 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> li
             continue
         out.append(_section(title(f"state table {table.name}"),
                             _schema(table, stage, types.get(table.name))))
+    columns = [b for b in stage.answer.bags if b.value_of is not None]
+    if columns:
+        out.append(_section(title("bags of θ's own columns (no table)"), "\n".join(
+            f"{b.alias}: the live values of {b.value_of} are {b.table}'s live groups, each with "
+            f"its _n: a group holds one value" for b in columns)))
     if stage.kept is not None and plan.consumers(stage.name):
         out.append(_section(title(f"kept output rows {stage.kept.name}"),
                             _kept_schema(stage, types.get(stage.kept.name))))

@@ -199,12 +199,19 @@ class BagJoin:
 
     It is pre-aggregated per θ; when ``centered``, each row first gets ``_mean``, the mean
     of its θ's values, so moments are taken in two passes (stable, and exact of history).
+
+    ``value_of``: the bag's values are θ's column of that name, one per group, so the bag
+    is no table of its own but ``main``'s live groups (``table``), each with its count: a
+    value is live exactly while its group is.  That is a finer state shared by a coarser
+    view (``COUNT(DISTINCT product)`` by region, answered from a state by region and
+    product), or a view that aggregates one of its own group keys.
     """
 
     table: str
     alias: str
     aggregates: tuple[BagAggregate, ...]
     centered: bool = False
+    value_of: str | None = None
 
 
 @dataclass(frozen=True)

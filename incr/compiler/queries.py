@@ -279,6 +279,8 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
         return _ordered_windows(answer, views)
     select = ", ".join(f"{e.expr.render(SPARK)} AS {q(e.name)}" for e in answer.exprs)
     live = f" WHERE {plan_live(q(ROW_COUNT))}" if answer.grouped else ""
+    groups = {b.alias: _group_values(answer, b.value_of, views[answer.main])
+              for b in answer.bags if b.value_of is not None}
     if answer.rollup is not None:  # a finer grouping's state, regrouped by the view's keys
         views = {**views, **{t.table: _regrouped(answer.rollup, t.table, views[t.table],
                                                  live if t.table == answer.main else "")
@@ -288,7 +290,8 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
     for bag in answer.bags:
         aggs = ", ".join(f"{a.sql} AS {q(a.name)}" for a in bag.aggregates)
         keys = ", ".join(q(k) for k in answer.keys)
-        rows = _centered(views[bag.table], answer.keys) if bag.centered else views[bag.table]
+        rows = groups.get(bag.alias, views[bag.table])
+        rows = _centered(rows, answer.keys) if bag.centered else rows
         if answer.keys:
             on = " AND ".join(f"m.{q(k)} <=> {bag.alias}.{q(k)}" for k in answer.keys)
             sql += (f"\nLEFT JOIN (SELECT {keys}, {aggs} FROM {rows} GROUP BY {keys})"
@@ -304,6 +307,25 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
     if answer.having is not None:
         sql += f"\nWHERE {answer.having.render(SPARK)}"
     return sql + _ordered(answer.order, answer)
+
+
+def _group_values(answer: Answer, column: str, main: str) -> str:
+    """The bag of θ's ``column``, read from the live groups of ``main`` (registered as such).
+
+    A subquery without an alias, in a bag's columns: the answer's keys, ``value`` and
+    ``_n``.  Each group holds one value, copied by every row of the group; a view that
+    regroups the state sums the counts of a coarse group's equal values, as it regroups a
+    bag table.
+    """
+    where = f" WHERE {plan_live(q(ROW_COUNT))} AND {q(column)} IS NOT NULL"
+    value = f"{q(column)} AS `value`"
+    if answer.rollup is None:
+        keys = ", ".join(q(k) for k in answer.keys)
+        return f"(SELECT {keys}, {value}, {q(ROW_COUNT)} FROM {main}{where})"
+    keys = ", ".join(f"{q(state)} AS {q(own)}" for state, own in answer.rollup.keys)
+    group = ", ".join([q(state) for state, _ in answer.rollup.keys] + [q(column)])
+    return (f"(SELECT {keys + ', ' if keys else ''}{value}, sum({q(ROW_COUNT)}) AS {q(ROW_COUNT)} "
+            f"FROM {main}{where} GROUP BY {group})")
 
 
 def _regrouped(rollup: Rollup, table: str, view: str, where: str) -> str:

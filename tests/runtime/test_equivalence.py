@@ -59,9 +59,14 @@ HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 
 @st.composite
-def aggregate_view(draw, name: str, keys: list[str] | None = None, where: str | None = None) -> str:
+def aggregate_view(draw, name: str, keys: list[str] | None = None, where: str | None = None,
+                   family_keys: list[str] | None = None) -> str:
     """A view; with ``keys`` and ``where`` given, one of a family over the same input and
-    grouping (views that share one state, unless the program turns sharing off)."""
+    grouping (views that share one state, unless the program turns sharing off).
+
+    ``family_keys``: the family's finest grouping; a view may take COUNT(DISTINCT), MIN,
+    MAX or a variance of one of them (a bag of a θ column of the shared state: its groups).
+    """
     family = keys is not None
     if keys is None:
         n_keys = draw(st.integers(0, 2))
@@ -70,6 +75,12 @@ def aggregate_view(draw, name: str, keys: list[str] | None = None, where: str | 
     items = [f"{k} AS g{i}" for i, k in enumerate(keys)]
     # Unaliased aggregates are named as DuckDB names them (``count_star()``, ``sum(v)``).
     items += [a if draw(st.booleans()) else f"{a} AS a{i}" for i, a in enumerate(aggs)]
+    if family_keys and draw(st.booleans()):
+        of_key = draw(st.lists(st.sampled_from(
+            [f"{f}{k})" for k in family_keys for f in ("COUNT(DISTINCT ", "MIN(", "MAX(")]
+            + [f"VAR_POP({k})" for k in family_keys if k in ("k2", "k2 % 2", "d * 2")]),
+            min_size=1, max_size=2, unique=True))
+        items += [f"{a} AS ka{i}" for i, a in enumerate(of_key)]
     if draw(st.booleans()) and len(aggs) > 1:
         items.append("COUNT(*) * 2 + SUM(v) AS combo")
     # Grouping sets (a fifth of the grouped views): ROLLUP, CUBE or GROUPING SETS of the keys,
@@ -128,7 +139,7 @@ def programs(draw) -> tuple[str, bool]:
             if i and len(keys) == 2 and draw(st.booleans()):
                 # a coarser grouping: under share = rollup, answered from the others' state
                 own = [keys[draw(st.integers(0, 1))]]
-            views.append(draw(aggregate_view(f"v{i}", own, where)))
+            views.append(draw(aggregate_view(f"v{i}", own, where, keys)))
     else:
         views = [draw(aggregate_view(f"v{i}")) for i in range(draw(st.integers(1, 2)))]
     if draw(st.booleans()):
@@ -244,7 +255,7 @@ def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
     where = draw(st.sampled_from(["", *WHERES]))
     groupings = [keys, *draw(st.lists(st.sampled_from([keys, keys[:1], keys[1:]]),
                                       min_size=1, max_size=3))]
-    views = [draw(aggregate_view(f"v{i}", g, where)) for i, g in enumerate(groupings)]
+    views = [draw(aggregate_view(f"v{i}", g, where, keys)) for i, g in enumerate(groupings)]
     append_only = draw(st.booleans()) and draw(st.booleans())
     header = "-- incr: buckets = 4\n" + ("-- incr: append_only = t\n" if append_only else "")
     header += draw(st.sampled_from(["-- incr: share = rollup\n"] * 3

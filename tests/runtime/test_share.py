@@ -491,6 +491,50 @@ def test_coarser_views_are_answered_from_a_finer_state(spark, dirs, local_rows):
     assert not off.shares and "share = rollup" in explain_program(off)
 
 
+#: Aggregates of the key by_k leaves out (v % 2, a θ column of by_kp's state): their bags
+#: are the state's groups, no table of their own.
+OF_P = ("CREATE VIEW of_p AS SELECT k, COUNT(DISTINCT v % 2) AS parities, MIN(v % 2) AS lo, "
+        "VAR_POP(v % 2) AS spread FROM t GROUP BY k;\n")
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_a_bag_of_a_key_of_the_finer_state_is_read_from_its_groups(spark, dirs, local_rows):
+    """COUNT(DISTINCT), MIN and a variance of a column the shared state is grouped by read
+    its live groups: the state keeps no bag for them (one MERGE fewer per batch), and the
+    answers equal DuckDB's after every batch, a delete that takes a group's last row of one
+    parity included (after batch 2, b keeps one parity of two)."""
+    landing, warehouse = dirs
+    compiled = compile_text(ROLLUP + TABLE + BY_KP + OF_P, name="shop")
+    (share,) = compiled.shares
+    assert share.views == ("by_kp", "of_p")
+    plan = compiled.plan("of_p")
+    (bag,) = plan.answer.bags
+    assert bag.value_of is not None and bag.table == plan.answer.main
+    tables = {t.name for t in plan.main_tables}
+    assert len(tables) == 2  # main and by_kp's bag of x (its MAX): none of v % 2
+    assert all(t.value_key is None or t.value_key.expr.sql == "x" for t in plan.main_tables)
+    assert "bags of θ's own columns (no table)" in explain_program(compiled)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    for seq in range(len(BATCHES)):
+        _land(landing, seq)
+        pipeline.run()
+        _check(warehouse, compiled, seq)
+    answer, _ = read_answer(warehouse, plan)
+    assert answer.sort_by("k").column("parities").to_pylist() == [2, 2, 2, 1, 1]
+    # A group whose key is NULL holds no value: its rows count for no variance.
+    nulls = [("a", None, 1.0), ("a", None, 2.0), ("f", None, 3.0)]
+    pq.write_table(pa.Table.from_pylist([dict(zip(SCHEMA.names, r)) for r in nulls], schema=SCHEMA),
+                   landing / "t" / f"{len(BATCHES):04d}.parquet")
+    pipeline.run()
+    live = pa.concat_tables([_live(len(BATCHES) - 1), pa.Table.from_pylist(
+        [dict(zip(SCHEMA.names, r)) for r in nulls], schema=SCHEMA)])
+    for p in compiled.plans:
+        answer, _ = read_answer(warehouse, p)
+        assert diff_answers(oracle_answer(p.select, {"t": live}), answer, ordered=p.ordered) is None
+    (state,) = (warehouse / "state" / share.owner).iterdir()
+    assert {p.name for p in state.iterdir() if not p.name.startswith(".")} == tables
+
+
 def test_a_regrouped_answer_follows_by_change_while_a_batch_touches_few_of_its_groups(
         spark, dirs):
     """A view regrouped from a finer state MERGEs the answer rows of the coarse groups a

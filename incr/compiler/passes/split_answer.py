@@ -5,7 +5,8 @@ monoid elements monoid inference chose: it folds a batch into state rows keyed b
 ``h(S ⊎ ΔS) = h(S) ⊗ h(ΔS)`` holds by construction.  It is laid out as state tables:
 
 * ``main``: θ, the row count ``_n`` and every main-table element;
-* ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``;
+* ``bag<i>``: one per value-count bag, keyed by (θ, value) with ``_n``; none for a bag of
+  one of θ's own columns, whose values are ``main``'s groups (:attr:`BagJoin.value_of`);
 * ``exact<i>``: one per DOUBLE summed under deletions, keyed by (θ, band) with ``_n`` and
   the band's exact ``_total`` (:mod:`incr.algebra.exact`);
 * ``rows``: for a window stage, the bag of its rows: keyed by (θ, the other columns the
@@ -89,7 +90,14 @@ def split_answer(c: Compilation) -> Compilation:
                 values.append(v)
     tables = [StateTable(c.table_name(MAIN_TABLE), c.lineage, tuple(values), vanishes=grouped)]
     bags: list[BagJoin] = []
+    theta_of = {k.expr.sql: k.name for k in c.lineage}
     for i, (kind, arg, reads) in enumerate(_bag_reads(c.aggregates)):
+        aggregates = tuple(BagAggregate(r.name, r.sql) for r in reads)
+        centered = any(r.centered for r in reads)
+        if kind != EXACT and arg.sql in theta_of:  # a θ column: main's groups are its bag
+            bags.append(BagJoin(tables[0].name, bag_alias(i), aggregates, centered,
+                                value_of=theta_of[arg.sql]))
+            continue
         if kind == EXACT:
             x = Scalar(f"CAST(({arg.sql}) AS DOUBLE)")
             tables.append(StateTable(
@@ -100,9 +108,7 @@ def split_answer(c: Compilation) -> Compilation:
         else:
             tables.append(StateTable(c.table_name(f"bag{i}"), c.lineage, (ROW_COUNT_VALUE,),
                                      value_key=Named(BAG_VALUE, arg), vanishes=True))
-        bags.append(BagJoin(tables[-1].name, bag_alias(i),
-                            tuple(BagAggregate(r.name, r.sql) for r in reads),
-                            centered=any(r.centered for r in reads)))
+        bags.append(BagJoin(tables[-1].name, bag_alias(i), aggregates, centered))
 
     window = next((node for node in c.rel.walk() if isinstance(node, Window)), None)
     rows: StateTable | None = None
