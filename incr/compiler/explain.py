@@ -67,8 +67,13 @@ def explain_program(compiled: CompiledProgram, stored: Mapping[str, Stored] | No
         mode = "append-only" if t.append_only else "inserts and deletes"
         header.append(f"  source {t.name}({cols}) -- {mode}")
     header += _explain_sharing(compiled)
-    return "\n".join(header) + "\n\n" + "\n\n".join(
-        explain_plan(p, (stored or {}).get(p.view)) for p in compiled.plans) + "\n"
+    first: dict[str, str] = {}  # per shared state, the view its fold is shown under
+    views = []
+    for p in compiled.plans:
+        shown = first.setdefault(p.shares, p.view) if p.shares is not None else p.view
+        views.append(explain_plan(p, (stored or {}).get(p.view),
+                                  fold_shown_under=None if shown == p.view else shown))
+    return "\n".join(header) + "\n\n" + "\n\n".join(views) + "\n"
 
 
 def _explain_sharing(compiled: CompiledProgram) -> list[str]:
@@ -81,15 +86,25 @@ def _explain_sharing(compiled: CompiledProgram) -> list[str]:
     return lines
 
 
-def explain_plan(plan: IncrementalPlan, stored: Stored | None = None) -> str:
+def explain_plan(plan: IncrementalPlan, stored: Stored | None = None,
+                 fold_shown_under: str | None = None) -> str:
     """The explanation of one view: each stage, producers first, then the answer.
 
     A state table in ``stored`` shows the column types a run stored (Spark's: a SUM of a
     DECIMAL(15,2) is a DECIMAL(25,2)), marked so; the others show sqlglot's inference.
+
+    ``fold_shown_under``: a view sharing this view's state whose explanation shows that
+    state's tables, h, ⊗ and fold queries; they are not repeated here (a program of 50
+    dashboards over one state would print them 50 times), only what is this view's own.
     """
     out: list[str] = [f"view {plan.view}  (state {plan.state_fingerprint}, answer {plan.answer_fingerprint})"]
     out.append(_section("query", plan.select.strip()))
-    if plan.shares is not None:
+    if plan.shares is not None and fold_shown_under is not None:
+        out.append(_section("state: shared", f"{plan.shares}'s, kept once for every view sharing "
+                            f"it: its state tables, h, ⊗ and the queries of its fold are shown "
+                            f"under view {fold_shown_under}; a reads this view's aggregates from "
+                            f"them"))
+    elif plan.shares is not None:
         out.append(_section("state: shared", f"the state tables below are {plan.shares}'s, "
                             f"kept once for every view sharing it; a reads this view's "
                             f"aggregates from them"))
@@ -102,7 +117,7 @@ def explain_plan(plan: IncrementalPlan, stored: Stored | None = None) -> str:
         out.append(_section("signed batch (stages that join or read another stage take Δ as "
                             "signed rows)", render_signed("batch", 1) + "\n-- -1 for a delete batch"))
     for stage in plan.stages:
-        out += _explain_stage(plan, stage, stored or {})
+        out += _explain_stage(plan, stage, stored or {}, brief=fold_shown_under is not None)
     views = {t.name: f"state.{t.name}" for t in plan.main_tables}
     out.append(_section("a  (answer)", plan.answer_sql(views)))
     publish = plan.publish
@@ -179,7 +194,13 @@ def _selection(rec: Recursion) -> str:
     return f"pruning: none, R keeps every tuple derived (no aggregate selection: {rec.unselected})"
 
 
-def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> list[str]:
+def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored,
+                   brief: bool = False) -> list[str]:
+    """The stage's IR, θ, state tables and every query of its fold.
+
+    ``brief``: its IR, θ and what its answer reads beside the tables (the fold is shown
+    under another view sharing the state).
+    """
     def title(text: str) -> str:
         return f"[{stage.name}] {text}" if stage.name else text
 
@@ -187,7 +208,7 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> li
     theta = ", ".join(f"{k.name} = {k.expr}" for k in stage.lineage) or \
         "() -- global aggregate: one state row"
     out.append(_section(title("lineage key θ"), theta))
-    for table in stage.tables:
+    for table in () if brief else stage.tables:
         if table not in plan.stored(stage):
             out.append(_section(title(f"{table.name}: not stored"),
                                 "the stage's output is a bag of per-row projections of its "
@@ -201,6 +222,8 @@ def _explain_stage(plan: IncrementalPlan, stage: StagePlan, types: Stored) -> li
         out.append(_section(title("bags of θ's own columns (no table)"), "\n".join(
             f"{b.alias}: the live values of {b.value_of} are {b.table}'s live groups, each with "
             f"its _n: a group holds one value" for b in columns)))
+    if brief:
+        return out
     if stage.kept is not None and plan.consumers(stage.name):
         out.append(_section(title(f"kept output rows {stage.kept.name}"),
                             _kept_schema(stage, types.get(stage.kept.name))))

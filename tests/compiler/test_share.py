@@ -136,7 +136,13 @@ CREATE VIEW c AS SELECT g, SUM(v) AS s FROM t GROUP BY g;
     assert (f"a, b share state {owner}: CGMRR (one measure, several aggregate functions) over "
             f"t, one WHERE, GROUP BY k") in out
     assert "c keeps its own state: no other view reads t with the same WHERE and GROUP BY" in out
-    assert out.count(f"the state tables below are {owner}'s") == 2
+    # The shared state's tables and fold are shown once, under the first view sharing it.
+    assert out.count(f"the state tables below are {owner}'s") == 1
+    assert (f"{owner}'s, kept once for every view sharing it: its state tables, h, ⊗ and the "
+            f"queries of its fold are shown under view a") in out
+    b = out[out.index("\nview b "):out.index("\nview c ")]
+    assert "state table main" not in b and "h  (Δ → main)" not in b and "a  (answer)" in b
+    assert out.count("state table main") == 2  # a's (shared with b) and c's own
 
 
 if __name__ == "__main__":
