@@ -43,6 +43,9 @@ class BagRead:
     name: str
     sql: str
     centered: bool = False
+    #: MIN or MAX: the same over the bag's rows whether or not rows of equal values are
+    #: first summed into one (see :attr:`~incr.compiler.plan.BagAggregate.idempotent`).
+    idempotent: bool = False
 
 
 @dataclass(frozen=True)

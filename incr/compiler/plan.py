@@ -187,10 +187,17 @@ class DiffusionSpec:
 
 @dataclass(frozen=True)
 class BagAggregate:
-    """An aggregate over a bag's live rows, as Spark SQL over its columns, named ``name``."""
+    """An aggregate over a bag's live rows, as Spark SQL over its columns, named ``name``.
+
+    ``idempotent`` (MIN, MAX): its value is the same whether or not the rows of one value
+    are first summed into one, so a coarser grouping reads the bag's rows as they are
+    rather than regrouped by value (a GROUP BY over the whole bag, two thirds of such a
+    read's time).
+    """
 
     name: str
     sql: str
+    idempotent: bool = False
 
 
 @dataclass(frozen=True)

@@ -282,8 +282,11 @@ def render_answer(answer: Answer, views: dict[str, str]) -> str:
     groups = {b.alias: _group_values(answer, b.value_of, views[answer.main])
               for b in answer.bags if b.value_of is not None}
     if answer.rollup is not None:  # a finer grouping's state, regrouped by the view's keys
+        as_they_are = {b.table for b in answer.bags if b.value_of is None and not b.centered
+                       and all(a.idempotent for a in b.aggregates)}
         views = {**views, **{t.table: _regrouped(answer.rollup, t.table, views[t.table],
-                                                 live if t.table == answer.main else "")
+                                                 live if t.table == answer.main else "",
+                                                 combined=t.table not in as_they_are)
                              for t in answer.rollup.tables}}
         live = ""
     sql = f"SELECT {select}\nFROM (SELECT * FROM {views[answer.main]}{live}) AS m"
@@ -328,19 +331,22 @@ def _group_values(answer: Answer, column: str, main: str) -> str:
             f"FROM {main}{where} GROUP BY {group})")
 
 
-def _regrouped(rollup: Rollup, table: str, view: str, where: str) -> str:
+def _regrouped(rollup: Rollup, table: str, view: str, where: str, combined: bool = True) -> str:
     """State table ``table`` (registered as ``view``) regrouped by the rollup's keys.
 
     A subquery without an alias, read where the table's name would be: each coarse group's
     rows (of the live rows, for the main table: ``where``) combined into one by each value's
-    monoid, under the view's names for the keys.
+    monoid, under the view's names for the keys.  Without ``combined``, a bag's rows as
+    they are, under those names: what only MIN or MAX read (:attr:`BagAggregate.idempotent`).
     """
     t = rollup.table(table)
     keys = [f"{q(state)} AS {q(own)}" for state, own in rollup.keys]
     by = [q(c) for c in t.by]
-    combined = [f"{fn}({q(c)}) AS {q(c)}" for c, fn in t.combined]
+    if not combined:
+        return f"(SELECT {', '.join(keys + by)} FROM {view}{where})"
+    values = [f"{fn}({q(c)}) AS {q(c)}" for c, fn in t.combined]
     group = ", ".join([q(state) for state, _ in rollup.keys] + by)
-    return (f"(SELECT {', '.join(keys + by + combined)} FROM {view}{where}"
+    return (f"(SELECT {', '.join(keys + by + values)} FROM {view}{where}"
             f"{f' GROUP BY {group}' if group else ''})")
 
 

@@ -80,10 +80,10 @@ class _Bags:
         self.index: dict[tuple[str, str], int] = {}
 
     def read(self, kind: str, arg: Scalar, name: str, sql: str,
-             centered: bool = False) -> tuple[BagRead, str]:
+             centered: bool = False, idempotent: bool = False) -> tuple[BagRead, str]:
         """The read, and the column reference its finalization uses (``b<i>.<name>``)."""
         i = self.index.setdefault((kind, arg.sql), len(self.index))
-        return BagRead(kind, arg, name, sql, centered), f"{bag_alias(i)}.{name}"
+        return BagRead(kind, arg, name, sql, centered, idempotent), f"{bag_alias(i)}.{name}"
 
 
 def _state_for(name: str, call: AggCall, append_only: bool, exact: bool, arg_type: str | None,
@@ -128,7 +128,8 @@ def _state_for(name: str, call: AggCall, append_only: bool, exact: bool, arg_typ
     if func in ("min", "max", "count_distinct"):
         assert arg is not None
         bag_func = {"min": "min", "max": "max", "count_distinct": "count"}[func]
-        read, ref = bags.read(VALUES, arg, f"{bag_func}_value", f"{bag_func}(`value`)")
+        read, ref = bags.read(VALUES, arg, f"{bag_func}_value", f"{bag_func}(`value`)",
+                              idempotent=func in ("min", "max"))
         finalize = f"coalesce({ref}, 0)" if func == "count_distinct" else ref
         return AggState(name, (), (read,), Scalar(finalize))
     if func in ("var_samp", "var_pop", "stddev_samp", "stddev_pop"):

@@ -92,7 +92,7 @@ def split_answer(c: Compilation) -> Compilation:
     bags: list[BagJoin] = []
     theta_of = {k.expr.sql: k.name for k in c.lineage}
     for i, (kind, arg, reads) in enumerate(_bag_reads(c.aggregates)):
-        aggregates = tuple(BagAggregate(r.name, r.sql) for r in reads)
+        aggregates = tuple(BagAggregate(r.name, r.sql, r.idempotent) for r in reads)
         centered = any(r.centered for r in reads)
         if kind != EXACT and arg.sql in theta_of:  # a θ column: main's groups are its bag
             bags.append(BagJoin(tables[0].name, bag_alias(i), aggregates, centered,
