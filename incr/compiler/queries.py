@@ -317,18 +317,15 @@ def _group_values(answer: Answer, column: str, main: str) -> str:
 
     A subquery without an alias, in a bag's columns: the answer's keys, ``value`` and
     ``_n``.  Each group holds one value, copied by every row of the group; a view that
-    regroups the state sums the counts of a coarse group's equal values, as it regroups a
-    bag table.
+    regroups the state regroups these rows as it regroups a bag table (:func:`_regroup`).
     """
     where = f" WHERE {plan_live(q(ROW_COUNT))} AND {q(column)} IS NOT NULL"
     value = f"{q(column)} AS `value`"
     if answer.rollup is None:
         keys = ", ".join(q(k) for k in answer.keys)
         return f"(SELECT {keys}, {value}, {q(ROW_COUNT)} FROM {main}{where})"
-    keys = ", ".join(f"{q(state)} AS {q(own)}" for state, own in answer.rollup.keys)
-    group = ", ".join([q(state) for state, _ in answer.rollup.keys] + [q(column)])
-    return (f"(SELECT {keys + ', ' if keys else ''}{value}, sum({q(ROW_COUNT)}) AS {q(ROW_COUNT)} "
-            f"FROM {main}{where} GROUP BY {group})")
+    return _regroup(answer.rollup.keys, ("value",), ((ROW_COUNT, "sum"),),
+                    f"(SELECT *, {value} FROM {main}{where})", "")
 
 
 def _regrouped(rollup: Rollup, table: str, view: str, where: str, combined: bool = True) -> str:
@@ -340,13 +337,22 @@ def _regrouped(rollup: Rollup, table: str, view: str, where: str, combined: bool
     they are, under those names: what only MIN or MAX read (:attr:`BagAggregate.idempotent`).
     """
     t = rollup.table(table)
-    keys = [f"{q(state)} AS {q(own)}" for state, own in rollup.keys]
-    by = [q(c) for c in t.by]
-    if not combined:
-        return f"(SELECT {', '.join(keys + by)} FROM {view}{where})"
-    values = [f"{fn}({q(c)}) AS {q(c)}" for c, fn in t.combined]
-    group = ", ".join([q(state) for state, _ in rollup.keys] + by)
-    return (f"(SELECT {', '.join(keys + by + values)} FROM {view}{where}"
+    return _regroup(rollup.keys, t.by, t.combined if combined else None, view, where)
+
+
+def _regroup(keys: tuple[tuple[str, str], ...], by: tuple[str, ...],
+             combined: tuple[tuple[str, str], ...] | None, view: str, where: str) -> str:
+    """``view``'s rows regrouped by ``keys`` (each state key under the view's name) and ``by``.
+
+    Each column of ``combined`` is aggregated by its function; with None, the rows are kept
+    as they are.  The one regrouping rule of a state table and of a bag of θ's column.
+    """
+    named = [f"{q(state)} AS {q(own)}" for state, own in keys] + [q(c) for c in by]
+    if combined is None:
+        return f"(SELECT {', '.join(named)} FROM {view}{where})"
+    values = [f"{fn}({q(c)}) AS {q(c)}" for c, fn in combined]
+    group = ", ".join([q(state) for state, _ in keys] + [q(c) for c in by])
+    return (f"(SELECT {', '.join(named + values)} FROM {view}{where}"
             f"{f' GROUP BY {group}' if group else ''})")
 
 
