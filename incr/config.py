@@ -20,6 +20,8 @@ the environment.
 | INCR_ANSWER_MERGE_REACH | 0.5       | MERGE a per-group answer while its touched files hold ≤ this share |
 |                         |           | (when it is MERGEd without deletion vectors)                      |
 | INCR_ANSWER_DELETION_VECTORS | 1    | 0: a per-group answer's MERGE rewrites every file it touches      |
+| INCR_ANSWER_REWRITE_ROWS | 50000    | a per-group answer over a state of at most this many rows is      |
+|                         |           | rewritten, not MERGEd by change (0: always by change)             |
 | INCR_STATE_DELETION_VECTORS | 1     | 0: a state MERGE rewrites every file it touches (copy on write)   |
 |                         |           | (not a side table's that has vectors: see ViewState.vectors)      |
 | INCR_STATE_VECTOR_ROWS  | 1000000   | ... which it does anyway for a state table of at most this many rows |
@@ -113,6 +115,7 @@ class Settings:
     answer_merge_reach: float = field(default=0.5, metadata={"env": "INCR_ANSWER_MERGE_REACH"})
     answer_deletion_vectors: bool = field(default=True,
                                           metadata={"env": "INCR_ANSWER_DELETION_VECTORS"})
+    answer_rewrite_rows: int = field(default=50_000, metadata={"env": "INCR_ANSWER_REWRITE_ROWS"})
     state_deletion_vectors: bool = field(default=True,
                                          metadata={"env": "INCR_STATE_DELETION_VECTORS"})
     state_vector_rows: int = field(default=1_000_000, metadata={"env": "INCR_STATE_VECTOR_ROWS"})

@@ -132,7 +132,9 @@ def explain_plan(plan: IncrementalPlan, stored: Stored | None = None,
               f"s.{GONE}: matched → DELETE; not matched AND NOT s.{GONE} → INSERT\n"
               f"-- the deleted rows are marked in their files' deletion vectors and the inserted "
               f"ones written to one new file: no file is rewritten\n-- (INCR_ANSWER_DELETION_VECTORS=0: "
-              f"the touched files are copied, or the answer rewritten when they hold most of it)"))
+              f"the touched files are copied, or the answer rewritten when they hold most of it)"
+              f"\n-- while the state tables a reads hold at most INCR_ANSWER_REWRITE_ROWS rows "
+              f"together, a is rewritten instead: cheaper there"))
     elif publish.top:
         groups = {t.name: f"groups.{t.name}" for t in plan.main_tables}
         out.append(_section(

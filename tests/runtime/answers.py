@@ -14,11 +14,16 @@ from incr.config import Settings
 #: share of its rows: in the first two, as long as they are not more than it has.  In the
 #: last, the driver holds at most 4 rows of a state table: an answer of at most 4 rows (a
 #: top k, a global or regrouped aggregate, a HAVING) over a larger state is computed from
-#: the state's files, past their deletion vectors (``DriverEngine.scan``).
+#: the state's files, past their deletion vectors (``DriverEngine.scan``).  The states
+#: here hold a few rows, which by default rewrites every per-group answer
+#: (``INCR_ANSWER_REWRITE_ROWS``): the first three take the MERGE by change whatever the
+#: state's size, and the last is the defaults.
 ANSWER_CONFIGS = (
-    Settings(state_vector_rows=0, mirror_rows=1, answer_merge_reach=1.0),
-    Settings(answer_deletion_vectors=False, answer_merge_reach=1.0, state_vector_rows=0),
-    Settings(answer_deletion_vectors=False, state_deletion_vectors=False),
+    Settings(state_vector_rows=0, mirror_rows=1, answer_merge_reach=1.0, answer_rewrite_rows=0),
+    Settings(answer_deletion_vectors=False, answer_merge_reach=1.0, state_vector_rows=0,
+             answer_rewrite_rows=0),
+    Settings(answer_deletion_vectors=False, state_deletion_vectors=False, answer_rewrite_rows=0),
     Settings(answer_by_change=False, state_deletion_vectors=False),
     Settings(answer_by_change=False, state_vector_rows=0, local_state_rows=4),
+    Settings(),
 )

@@ -36,7 +36,9 @@ CREATE VIEW ranked AS SELECT k, SUM(v) AS s FROM t GROUP BY k ORDER BY s DESC, k
 """
 SCHEMA = pa.schema([("k", pa.string()), ("g", pa.int64()), ("v", pa.int64())])
 BY_CHANGE = {"per_group", "keys", "rows_"}
-ALWAYS = Settings(answer_merge_reach=1.0)  # MERGE whatever share of the answer it reaches
+#: MERGE whatever share of the answer it reaches, however small the state (by default a
+#: state of these few rows rewrites the answer: INCR_ANSWER_REWRITE_ROWS)
+ALWAYS = Settings(answer_merge_reach=1.0, answer_rewrite_rows=0)
 
 
 def _land(landing: Path, seq: int, rows: list[dict], delete: bool) -> None:
@@ -115,6 +117,45 @@ def test_the_setting_turns_answers_by_change_off(spark, tmp_path):
         assert {v.answer_mode for b in report.applied for v in b.views} == {"rewrite"}
 
 
+def test_an_answer_over_a_small_state_is_rewritten_until_the_state_grows(spark, tmp_path):
+    """A per-group answer whose state tables hold at most INCR_ANSWER_REWRITE_ROWS rows is
+    rewritten (cheaper than the MERGE by change there); once the state holds more, the
+    answer follows by change; with the setting 0, by change from the start.  Every answer
+    equals DuckDB's after every batch, a delete that shrinks the state again included."""
+    assert Settings.from_env({"INCR_ANSWER_REWRITE_ROWS": "7"}).answer_rewrite_rows == 7
+    assert Settings().answer_rewrite_rows == 50_000  # the default
+    compiled = compile_text(PROGRAM, path="answers.sql", name="answers")
+    plan = next(p for p in compiled.plans if p.view == "per_group")
+    # the state after each batch: one main row per group, one row per value of its MIN's bag
+    batches = [
+        (False, [{"k": "a", "g": g, "v": 2} for g in range(3)]),  # 3 + 3 rows
+        (False, [{"k": "b", "g": 0, "v": 5}]),  # 4 + 4
+        (False, [{"k": k, "g": g, "v": 3} for k in "cde" for g in range(3)]),  # 13 + 13
+        (False, [{"k": "c", "g": 0, "v": 4}]),  # 13 + 14
+        (True, [{"k": k, "g": g, "v": 3} for k in "cde" for g in range(3)]),  # 5 + 5
+        (False, [{"k": "a", "g": 0, "v": 2}]),  # 5 + 5: a value the bag holds
+    ]
+    for limit, expected in ((10, ["rewrite", "rewrite", "change", "change", "rewrite", "rewrite"]),
+                            (0, ["rewrite", "change", "change", "change", "change", "change"])):
+        landing = tmp_path / f"landing{limit}"
+        pipeline = Pipeline(compiled, landing, tmp_path / f"wh{limit}", spark=spark,
+                            config=Settings(answer_rewrite_rows=limit))
+        live: list[dict] = []
+        modes = []
+        for seq, (delete, rows) in enumerate(batches):
+            _land(landing, seq, rows, delete)
+            live = [r for r in live if r not in rows] if delete else live + rows
+            report = pipeline.run()
+            assert report.rejected is None, str(report.rejected)
+            modes += [v.answer_mode for b in report.applied for v in b.views
+                      if v.view == plan.view]
+            answer, _ = read_answer(tmp_path / f"wh{limit}", plan)
+            diff = diff_answers(oracle_answer(plan.select,
+                                              {"t": pa.Table.from_pylist(live, SCHEMA)}), answer)
+            assert diff is None, f"limit {limit}, batch {seq}: {diff}"
+        assert modes == expected, (limit, modes)
+
+
 def test_bucket_reads_touch_only_their_partitions(spark, tmp_path):
     compiled = compile_text(PROGRAM, path="answers.sql", name="answers")
     landing = tmp_path / "landing"
@@ -187,7 +228,7 @@ def test_a_merge_is_chosen_only_while_it_reaches_few_answer_files(spark, tmp_pat
     compiled = compile_text(PROGRAM, path="answers.sql", name="answers")
     landing, warehouse = tmp_path / "landing", tmp_path / "warehouse"
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark,
-                        config=Settings(answer_deletion_vectors=vectors))
+                        config=Settings(answer_deletion_vectors=vectors, answer_rewrite_rows=0))
     path = warehouse / "answers" / "keys"
     small_files = 4096  # bytes: the answer of a few thousand keys spans many files
     original = answer_module.ANSWER_TARGET_FILE_BYTES

@@ -279,8 +279,9 @@ def test_regrouped_views_equal_oracle_after_every_batch(spark, tmp_path_factory,
 #: always rewritten, by the driver from the finer state's files once it holds more rows than
 #: the driver does (INCR_LOCAL_STATE_ROWS 4).
 REGROUPED_CONFIGS = (
-    Settings(answer_merge_reach=1.0, state_vector_rows=0),
-    Settings(answer_merge_reach=1.0, answer_deletion_vectors=False, state_deletion_vectors=False),
+    Settings(answer_merge_reach=1.0, state_vector_rows=0, answer_rewrite_rows=0),
+    Settings(answer_merge_reach=1.0, answer_deletion_vectors=False, state_deletion_vectors=False,
+             answer_rewrite_rows=0),
     # rewritten, from the finer state's files once it holds more than the driver does
     Settings(answer_merge_reach=0.0, state_vector_rows=0, local_state_rows=4),
 )
