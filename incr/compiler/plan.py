@@ -43,6 +43,7 @@ from incr.compiler.queries import (
     h_bucket,
     render_answer,
     render_answer_change,
+    render_coarse_groups,
     render_h,
     render_stage_delta,
     render_top_check,
@@ -245,15 +246,32 @@ class Rollup:
     so a is computed as over a state of the view's own grouping.  Bags regroup by (keys,
     value) with their counts summed, so MIN, MAX and COUNT(DISTINCT) stay exact under
     deletions.  ``of`` describes the state's grouping, for ``incr explain``.
+
+    ``derived``: the view's keys that are a function of the state's θ columns rather than
+    one of them (``GROUP BY date_trunc('month', day)`` from a state by ``day``), each an
+    expression over the state's column names with the view's name for it.  A finer group
+    falls in the one coarse group its θ values compute, so the regrouping is exact.
     """
 
     keys: tuple[tuple[str, str], ...]
     tables: tuple[Regrouped, ...]
     of: tuple[str, ...] = ()
+    derived: tuple[tuple[Scalar, str], ...] = ()
 
     def table(self, name: str) -> Regrouped:
         """How state table ``name`` is regrouped."""
         return next(t for t in self.tables if t.table == name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The view's names for its keys: those of the state's columns, then the derived."""
+        return tuple(own for _, own in self.keys) + tuple(own for _, own in self.derived)
+
+    def __repr__(self) -> str:
+        # An answer's fingerprint hashes its repr: without derived keys it reads as before
+        # they existed, so views regrouped by the state's own columns keep their answers.
+        extra = f", derived={self.derived!r}" if self.derived else ""
+        return f"Rollup(keys={self.keys!r}, tables={self.tables!r}, of={self.of!r}{extra})"
 
 
 @dataclass(frozen=True)
@@ -676,6 +694,14 @@ class IncrementalPlan:
         groups' state rows (see :mod:`~incr.compiler.publish`).
         """
         return render_answer_change(self.answer, self.publish, state_views, touched)
+
+    def coarse_groups_sql(self, touched: str) -> str:
+        """Spark SQL for the coarse groups of a regrouped answer (:class:`Rollup`) touched.
+
+        Those the finer groups in ``touched`` (θ under the state's names) fall in, once each.
+        """
+        assert self.answer.rollup is not None, f"view {self.view} is not regrouped"
+        return render_coarse_groups(self.answer.rollup, touched)
 
     def top_check_sql(self, candidates: str, old: str) -> str:
         """Spark SQL: new top rows ranking at or above the old top's last row.

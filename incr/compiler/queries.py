@@ -324,7 +324,7 @@ def _group_values(answer: Answer, column: str, main: str) -> str:
     if answer.rollup is None:
         keys = ", ".join(q(k) for k in answer.keys)
         return f"(SELECT {keys}, {value}, {q(ROW_COUNT)} FROM {main}{where})"
-    return _regroup(answer.rollup.keys, ("value",), ((ROW_COUNT, "sum"),),
+    return _regroup(answer.rollup, ("value",), ((ROW_COUNT, "sum"),),
                     f"(SELECT *, {value} FROM {main}{where})", "")
 
 
@@ -337,21 +337,41 @@ def _regrouped(rollup: Rollup, table: str, view: str, where: str, combined: bool
     they are, under those names: what only MIN or MAX read (:attr:`BagAggregate.idempotent`).
     """
     t = rollup.table(table)
-    return _regroup(rollup.keys, t.by, t.combined if combined else None, view, where)
+    return _regroup(rollup, t.by, t.combined if combined else None, view, where)
 
 
-def _regroup(keys: tuple[tuple[str, str], ...], by: tuple[str, ...],
+def render_coarse_groups(rollup: Rollup, touched: str) -> str:
+    """The coarse groups of ``rollup`` that the finer groups of ``touched`` fall in.
+
+    ``touched`` holds θ under the state's names; each coarse group comes out once, under
+    the view's names for its keys.
+    """
+    keys = ", ".join(f"{key} AS {q(own)}" for key, own in _rollup_keys(rollup))
+    return f"SELECT DISTINCT {keys} FROM {touched}"
+
+
+def _rollup_keys(rollup: Rollup) -> list[tuple[str, str]]:
+    """Each key of a regrouped view as SQL over the state's columns, with the view's name."""
+    return [*((q(state), own) for state, own in rollup.keys),
+            *((expr.render(SPARK), own) for expr, own in rollup.derived)]
+
+
+def _regroup(rollup: Rollup, by: tuple[str, ...],
              combined: tuple[tuple[str, str], ...] | None, view: str, where: str) -> str:
-    """``view``'s rows regrouped by ``keys`` (each state key under the view's name) and ``by``.
+    """``view``'s rows regrouped by the rollup's keys and ``by``.
+
+    Each key is a state column or an expression over the state's columns, under the
+    view's name for it.
 
     Each column of ``combined`` is aggregated by its function; with None, the rows are kept
     as they are.  The one regrouping rule of a state table and of a bag of θ's column.
     """
-    named = [f"{q(state)} AS {q(own)}" for state, own in keys] + [q(c) for c in by]
+    keys = _rollup_keys(rollup)
+    named = [f"{key} AS {q(own)}" for key, own in keys] + [q(c) for c in by]
     if combined is None:
         return f"(SELECT {', '.join(named)} FROM {view}{where})"
     values = [f"{fn}({q(c)}) AS {q(c)}" for c, fn in combined]
-    group = ", ".join([q(state) for state, _ in keys] + [q(c) for c in by])
+    group = ", ".join([key for key, _ in keys] + [q(c) for c in by])
     return (f"(SELECT {', '.join(named + values)} FROM {view}{where}"
             f"{f' GROUP BY {group}' if group else ''})")
 

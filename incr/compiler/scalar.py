@@ -66,6 +66,11 @@ class Scalar:
 
         return Scalar.of(self.tree().transform(swap, copy=False))
 
+    def qualified(self, alias: str) -> Scalar:
+        """The expression with each column it reads taken from the relation ``alias``."""
+        return self.substitute({c: Scalar.of(exp.column(c, table=alias, quoted=True))
+                                for c in self.columns()})
+
     def render(self, dialect: str) -> str:
         """The expression as SQL text for ``dialect`` (see :mod:`incr.compiler.dialect`)."""
         return _render(self.sql, dialect)

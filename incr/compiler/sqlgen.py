@@ -244,7 +244,10 @@ def render_touched_rows(answer: Answer, table: StateTable, state: str, touched: 
     """
     if answer.rollup is None:
         return render_old_rows(table, state, touched)
-    on = " AND ".join(f"t.{q(s)} <=> k.{q(own)}" for s, own in answer.rollup.keys) or "true"
+    rollup = answer.rollup
+    on = " AND ".join([*(f"t.{q(s)} <=> k.{q(own)}" for s, own in rollup.keys),
+                       *(f"{e.qualified('t').render(SPARK)} <=> k.{q(own)}"
+                         for e, own in rollup.derived)]) or "true"
     return f"SELECT t.* FROM {state} AS t LEFT SEMI JOIN {touched} AS k ON {on}"
 
 

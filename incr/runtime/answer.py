@@ -212,7 +212,7 @@ class AnswerTable:
         if through >= batch:
             return -1
         vectors = self.engines.settings.answer_deletion_vectors
-        regrouped = (touched is not None and self.plan.publish.by_change
+        regrouped = (touched is not None and through >= 0 and self.plan.publish.by_change
                      and self.plan.answer.rollup is not None)
         if regrouped:
             touched = self.coarse_groups(touched)
@@ -341,9 +341,26 @@ class AnswerTable:
         its keys: those whose answer rows a batch can change."""
         rollup = self.plan.answer.rollup
         assert rollup is not None, f"view {self.plan.view} is not regrouped"
+        if rollup.derived:  # keys computed from θ: by a query, typed as the answer's columns
+            answer = self.store.schema(self.path)
+            column = {theta: col for col, theta in self.plan.publish.keys}
+            schema = pa.schema([*((own, touched.schema.field(state).type)
+                                  for state, own in rollup.keys),
+                                *((own, answer.field(column[own]).type)
+                                  for _, own in rollup.derived)])
+            return self._on_engine(touched.num_rows, lambda name: self._run_coarse(
+                name, touched, schema))
         names = [own for _, own in rollup.keys]
         fine = pa.table([touched.column(state) for state, _ in rollup.keys], names=names)
         return fine.group_by(names, use_threads=False).aggregate([])
+
+    def _run_coarse(self, name: str, touched: pa.Table, schema: pa.Schema) -> pa.Table:
+        engine = self.engines.engine(name, self.store)
+        try:
+            fine = engine.table(f"incr_{self.plan.view}_fine", touched)
+            return engine.collect(self.plan.coarse_groups_sql(fine), schema)
+        finally:
+            engine.close()
 
     def compute_top(self, touched: pa.Table) -> pa.Table | None:
         """A top-k answer from the old top rows' groups and the ``touched`` groups (reading
@@ -425,8 +442,8 @@ class AnswerTable:
             if t.name in kept:
                 views[t.name] = engine.table(name, kept[t.name])
                 continue
-            if rollup is not None:
-                columns = dict(rollup.keys)  # state column: the view's name for it
+            if rollup is not None:  # state column: the view's name for it (not the derived)
+                columns = dict(rollup.keys)
             else:
                 columns = {k.name: k.name for k in t.keys if k.name in groups.column_names}
             matching = ({c: groups.column(own) for c, own in columns.items()}

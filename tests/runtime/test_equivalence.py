@@ -54,6 +54,16 @@ AGGREGATES = [
     "STDDEV_SAMP(x)", "VAR_SAMP(v)", "STDDEV_POP(v)", "VAR_POP(x)", "SUM(v * 2 + 1)",
     "SUM(CASE WHEN x > 1 THEN v ELSE 0 END)", "MAX(abs(x))",
 ]
+#: Groupings that are a function of a key of KEYS (seed 003's lineage-key algebra): under
+#: share = rollup, answered from the state of a family grouped by that key.
+DERIVED = {
+    "k1": ["substr(k1, 1, 1)", "length(k1)"],
+    "k2": ["k2 % 3", "k2 > 1"],
+    "k2 % 2": ["k2 % 2 = 0"],
+    "upper(k1)": ["length(upper(k1))"],
+    "d * 2": ["d * 2 > 10"],
+    KEYS[5]: [f"length({KEYS[5]})"],
+}
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0"]
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
@@ -249,11 +259,16 @@ def test_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, seed, p
 @st.composite
 def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
     """A family over one input grouped by two keys and by each alone (BRR; CMORR when both
-    coarser groupings are there), mostly under ``share = rollup``, its twin under ``off``
-    (always rollup with ``rollup_only``)."""
+    coarser groupings are there) or by a function of one (:data:`DERIVED`, with or without
+    the other key), mostly under ``share = rollup``, its twin under ``off`` (always rollup
+    with ``rollup_only``)."""
     keys = draw(st.lists(st.sampled_from(KEYS), min_size=2, max_size=2, unique=True))
     where = draw(st.sampled_from(["", *WHERES]))
-    groupings = [keys, *draw(st.lists(st.sampled_from([keys, keys[:1], keys[1:]]),
+    derived = [g for i, k in enumerate(keys) for f in DERIVED[k]
+               for g in ([f], [keys[1 - i], f])]
+    # more keys than the finer grouping, each computed from it: that state is still the finer
+    derived += [[keys[1 - i], *DERIVED[k]] for i, k in enumerate(keys) if len(DERIVED[k]) > 1]
+    groupings = [keys, *draw(st.lists(st.sampled_from([keys, keys[:1], keys[1:], *derived]),
                                       min_size=1, max_size=3))]
     views = [draw(aggregate_view(f"v{i}", g, where, keys)) for i, g in enumerate(groupings)]
     append_only = draw(st.booleans()) and draw(st.booleans())
@@ -342,6 +357,8 @@ def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[
         event(f"{'append-only' if append_only else 'deletable'} source, {op} batch")
         event(f"views sharing state: {sum(len(s.views) for s in compiled.shares)}")
         event(f"views regrouped from a finer state: {sum(len(s.rolled) for s in compiled.shares)}")
+        event(f"views regrouped by a function of the finer keys: "
+              f"{sum(bool(p.answer.rollup and p.answer.rollup.derived) for p in compiled.plans)}")
         event(f"driver-side path for batches of at most {local_rows} rows")
         late = apply_pending(data, new_pipeline, pipeline, tasks, last=seq == len(ops))
         check_all(compiled, warehouse, live, f"after batch {seq} ({op}, {fmt})", skip=late)

@@ -9,6 +9,7 @@ views start or stop sharing removed once nothing reads them.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -566,6 +567,64 @@ def test_a_regrouped_answer_follows_by_change_while_a_batch_touches_few_of_its_g
         (applied,) = reports[-1].applied
         (m,) = [m for m in applied.views if m.view == "per_k"]
         assert (m.answer_mode, m.answer_rows) == (mode, written), (seq, m)
+
+
+DAYS = "-- incr: buckets = 2\nCREATE TABLE s (day DATE, k VARCHAR, v BIGINT);\n"
+DAILY = "CREATE VIEW daily AS SELECT day, k, SUM(v) AS s, COUNT(*) AS n FROM s GROUP BY day, k;\n"
+#: Grouped by functions of daily's keys (seed 003's lineage-key algebra: a day falls in one
+#: month, a name in one initial), with bags its MAX and COUNT(DISTINCT) regroup by value.
+MONTHLY = ("CREATE VIEW monthly AS SELECT year(day) AS y, month(day) AS m, SUM(v) AS s, "
+           "MAX(v) AS top, COUNT(DISTINCT k) AS names FROM s GROUP BY year(day), month(day);\n")
+INITIALS = ("CREATE VIEW initials AS SELECT substr(k, 1, 1) AS i, day, MIN(v) AS low FROM s "
+            "GROUP BY substr(k, 1, 1), day;\n")
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_views_grouped_by_functions_of_the_finer_keys_are_answered_from_its_state(
+        spark, dirs, local_rows):
+    """share = rollup: a view grouped by a function of another view's keys (months of its
+    days, initials of its names) is answered from that view's state, regrouped by the
+    function's values: one state, one fold per batch.  A batch touching one month MERGEs
+    that month's answer row alone (one touching most months rewrites it), and every
+    answer equals DuckDB's after every batch, a delete that takes a month's maximum and a
+    name's last row included."""
+    landing, warehouse = dirs
+    compiled = compile_text(ROLLUP + DAYS + DAILY + MONTHLY + INITIALS, name="shop")
+    (share,) = compiled.shares
+    assert share.views == ("daily", "monthly", "initials")
+    assert [v for v, _ in share.rolled] == ["monthly", "initials"]
+    rollup = compiled.plan("monthly").answer.rollup
+    assert rollup is not None and not rollup.keys and len(rollup.derived) == 2
+    assert compiled.plan("monthly").publish.by_change
+    assert "monthly (GROUP BY YEAR(day), MONTH(day))" in explain_program(compiled)
+    off = compile_text(DAYS + DAILY + MONTHLY, name="shop")
+    assert "daily's state groups by what its GROUP BY is computed from" in explain_program(off)
+    schema = pa.schema([("day", pa.date32()), ("k", pa.string()), ("v", pa.int64())])
+    jan, feb, mar = (dt.date(2026, m, d) for m, d in ((1, 5), (2, 9), (3, 1)))
+    steps = [
+        ([(jan, "ann", 4), (jan, "bob", 7), (feb, "ann", 2), (mar, "cid", 9), (feb, "al", 1)],
+         "rewrite"),
+        ([(feb, "bea", 5), (feb, "ann", 8)], "change"),  # February alone: 1 of 3 months
+        ([(feb, "ann", 8), (feb, "al", 1)], "change"),  # its maximum and a name's last row
+        # three months (one new) of three: rewritten
+        ([(jan, "ann", 1), (mar, "dan", 3), (dt.date(2027, 1, 2), "eve", 6)], "rewrite"),
+    ]
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    reports: list = []
+    live: dict[str, list[tuple]] = {"s": []}
+    for seq, (rows, mode) in enumerate(steps):
+        _joined_step(landing, warehouse, lambda: reports.append(pipeline.run()), compiled,
+                     {"s": schema}, live, seq, ("s", seq == 2, rows))
+        (applied,) = reports[-1].applied
+        modes = {m.view: m.answer_mode for m in applied.views}
+        assert modes["monthly"] == mode, (seq, modes)
+    answer, _ = read_answer(warehouse, compiled.plan("monthly"))
+    assert answer.sort_by([("y", "ascending"), ("m", "ascending")]).to_pylist() == [
+        {"y": 2026, "m": 1, "s": 12, "top": 7, "names": 2},
+        {"y": 2026, "m": 2, "s": 7, "top": 5, "names": 2},
+        {"y": 2026, "m": 3, "s": 12, "top": 9, "names": 2},
+        {"y": 2027, "m": 1, "s": 6, "top": 6, "names": 1}]
+    assert _states(warehouse) == {share.owner}
 
 
 def test_a_coarser_view_added_beside_a_finer_state_publishes_from_it(spark, dirs):

@@ -16,7 +16,9 @@ its answer is what it was, computed from the shared state; HAVING, ORDER BY and 
 stay the view's.
 
 With ``-- incr: share = rollup`` a group grouped by some of another group's keys joins
-it too (seed 003's BRR; CMORR when two such groupings combine into the state's): its views
+it too (seed 003's BRR; CMORR when two such groupings combine into the state's), and so
+does one grouped by functions of them (``month(day)`` beside ``day``: the lineage-key
+algebra's general case, each finer group falling in one coarse group): its views
 read the state regrouped by their own keys, each monoid element combined by the SQL
 aggregate that is its ⊗ (:attr:`~incr.algebra.monoids.Monoid.sql_regroup`), each bag by
 value with its counts summed (:class:`~incr.compiler.plan.Rollup`).  Only a grouping some
@@ -47,6 +49,8 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+
+from sqlglot import exp
 
 from incr.compiler.compilation import Compilation, build_stage
 from incr.compiler.ir import AggCall, Aggregate, JoinInput, Named, NamedAgg, Project, Rel, Source
@@ -232,9 +236,11 @@ def _why_alone(program: Program, start: dict[str, Compilation],
         return ("a global aggregate keeps its one-row state rather than read a grouped "
                 "state whole after every batch")
     if finer and not program.options.rollup:
+        has = ("has every key of its GROUP BY" if set(_theta(c)) < set(_theta(start[finer[0]]))
+               else "groups by what its GROUP BY is computed from")
         return (f"no other view reads {c.source.name} with the same WHERE and GROUP BY; "
-                f"{finer[0]}'s state has every key of its GROUP BY (BRR: -- incr: share = "
-                f"rollup answers it from there, rewriting its answer each batch)")
+                f"{finer[0]}'s state {has} (BRR: -- incr: share = rollup answers it from "
+                f"there, rewriting its answer each batch)")
     if finer:
         return (f"no other view reads {c.source.name} with the same WHERE and GROUP BY, and "
                 f"its aggregates cannot be regrouped from {finer[0]}'s state (variance kept "
@@ -253,13 +259,47 @@ def _theta(c: Compilation) -> dict[str, str]:
 
 
 def _refines(fine: Compilation, coarse: Compilation) -> bool:
-    """Whether ``fine`` groups the same input by every key of ``coarse`` and more.
+    """Whether ``fine`` groups the same input more finely than ``coarse``.
+
+    That is, by every key of ``coarse`` and more, or by keys every key of ``coarse`` is a
+    function of (seed 003's lineage-key algebra: a group of ``fine`` then falls in one
+    group of ``coarse``) that are not all functions of ``coarse``'s keys in turn.
 
     ``coarse`` must have keys: a global aggregate keeps its one row rather than read the
     whole of a finer state after every batch.
     """
-    small, big = set(_theta(coarse)), set(_theta(fine))
-    return bool(small) and small < big and _input(fine) == _input(coarse)
+    small, big = _theta(coarse), _theta(fine)
+    if not small or _input(fine) != _input(coarse) or set(small) == set(big):
+        return False
+    if set(small) < set(big):
+        return True
+    return (all(_over_state(Scalar(e), big) is not None for e in small)
+            and not all(_over_state(Scalar(e), small) is not None for e in big))
+
+
+def _over_state(expr: Scalar, theta: Mapping[str, str]) -> Scalar | None:
+    """``expr``, a grouping key, as an expression over a state's θ columns (None: it can't be).
+
+    ``theta`` holds θ's columns by the expression each groups by: each part of ``expr``
+    that is one of those expressions is read from its column.  None when ``expr`` reads a
+    column θ does not determine.
+
+    Every function of a program is deterministic (``refuse_unsupported``), so rows with
+    the same θ give the key the same value.
+    """
+    replaced: list[exp.Expr] = []
+
+    def swap(node: exp.Expr) -> exp.Expr:
+        column = theta.get(Scalar.of(node).sql)
+        if column is None:
+            return node
+        replaced.append(Scalar.column(column).tree())
+        return replaced[-1]
+
+    tree = expr.tree().transform(swap, copy=False)
+    if any(all(c is not r for r in replaced) for c in tree.find_all(exp.Column)):
+        return None
+    return Scalar.of(tree)
 
 
 def _regroupable(c: Compilation) -> bool:
@@ -273,8 +313,9 @@ def _rollups(groups: dict[tuple[object, str], list[str]], start: dict[str, Compi
              ) -> dict[tuple[object, str], tuple[object, str]]:
     """Which groups are answered from another's state (BRR and CMORR), and from whose.
 
-    A group joins a group of the same input, WHERE and label grouped by all its keys and
-    more, one no other group refines (so views regroup from one state however their
+    A group joins a group of the same input, WHERE and label grouped more finely
+    (:func:`_refines`: by all its keys and more, or by what its keys are computed from), one
+    no other group refines (so views regroup from one state however their
     groupings nest), and of those the one with the fewest keys (the fewest state rows per
     group of its own).  Its views' aggregates must combine by one SQL aggregate each.
     """
@@ -427,8 +468,13 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                if c is not None or n in by_name]
     merging += [(p.view, c) for p, c in zip(plans, members) if p.view not in dict(merging)]
     # The finest grouping first: the state is keyed by it (a stable sort: views grouped
-    # alike keep their order, and so the state its layout).
+    # alike keep their order, and so the state its layout).  Fewer keys may be finer when
+    # they are what the others' keys are computed from (day beside year(day), month(day)).
     merging.sort(key=lambda m: -len(_theta(m[1])))
+    finest = next((set(_theta(c)) for _, c in merging if all(
+        set(_theta(o)) == set(_theta(c)) or _refines(c, o) for _, o in merging)), None)
+    if finest is not None:
+        merging.sort(key=lambda m: set(_theta(m[1])) != finest)
     first = _widened(program, [c for _, c in merging])
     agg = _aggregate(first)
     calls: list[AggCall] = []
@@ -470,10 +516,13 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
         answer = answer_over_state(c, c.rel, aggregates, bags, merged.answer.main, None)
         if set(_theta(c)) != set(theta):  # a coarser grouping: BRR/CMORR
             read = {answer.main, *(b.table for b in bags)}
+            keys = _theta(c)
+            derived = {expr: _over_state(Scalar(expr), theta) for expr in keys if expr not in theta}
             answer = replace(answer, rollup=Rollup(
-                keys=tuple((theta[expr], name) for expr, name in _theta(c).items()),
+                keys=tuple((theta[expr], name) for expr, name in keys.items() if expr in theta),
                 tables=tuple(_regrouped(t) for t in merged.tables or () if t.name in read),
-                of=grouping))
+                of=grouping,
+                derived=tuple((d, keys[expr]) for expr, d in derived.items() if d is not None)))
             rolled.append((plan.view, tuple(str(k.expr) for k in c.lineage or ())))
         own: StagePlan = replace(stage, answer=answer, logical=c.rel,
                                  output=tuple(e.name for e in answer.exprs))
