@@ -42,7 +42,8 @@ from incr.errors import StorageError
 from incr.runtime import sparkhash
 from incr.runtime.diskcache import DiskCache
 from incr.runtime.engine import DRIVER, Engine, NotLocal, as_query, per_engine
-from incr.runtime.sparktypes import SparkTypes, spark_form
+from incr.runtime.sparktypes import DATE_PARTS as _DATE_PARTS
+from incr.runtime.sparktypes import SparkTypes, implied_date, spark_form
 
 if TYPE_CHECKING:
     from incr.runtime.store import DeltaStore, Snapshot
@@ -59,6 +60,7 @@ _ALLOWED = (
     exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam,
     # a signed change set as plain rows: LATERAL VIEW explode(sequence(1, abs(_w)))
     exp.Lateral, exp.Explode, exp.GenerateSeries, exp.Unnest,
+    *(part for part, _ in _DATE_PARTS),
 )
 _INTEGRAL = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
              exp.DataType.Type.TINYINT}
@@ -85,12 +87,16 @@ def prepare(query: Query | str) -> Prepared | None:
 @lru_cache(maxsize=1)
 def translator() -> str | None:
     """What :func:`_prepare`'s answers depend on besides the query: sqlglot's version and
-    this module's source (its checks and rewrites), as a short digest; None when the source
-    cannot be read (then nothing is kept).  A translation kept on disk
-    (:meth:`LocalSql.keep_translations`) is read only by the same translator."""
+    the source of this module and of :mod:`~incr.runtime.sparktypes` (its date parts), the
+    checks and rewrites, as a short digest; None when a source cannot be read (then nothing
+    is kept).  A translation kept on disk (:meth:`LocalSql.keep_translations`) is read only
+    by the same translator."""
+    from incr.runtime import sparktypes
+
     digest = hashlib.sha256(sqlglot.__version__.encode())
     try:
         digest.update(Path(__file__).read_bytes())
+        digest.update(Path(sparktypes.__file__).read_bytes())
     except OSError:
         return None
     return digest.hexdigest()[:16]
@@ -131,6 +137,8 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             return f"it has no single column {bucket.column} to hash"
         projections[at[0]].set("this", exp.cast(exp.Literal.number(0), "INT"))
     for node in tree.walk():
+        if implied_date(node):
+            continue
         if not isinstance(node, _ALLOWED):
             name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__
             return f"it uses {name}, outside the driver-side set"
@@ -138,7 +146,8 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
         if isinstance(node, exp.Pow) and not _exact_power(node):
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
-    tree = _fast_decimal_casts(tree.transform(_strict_casts).transform(_truncating_casts))
+    tree = _fast_decimal_casts(tree.transform(_strict_casts).transform(_truncating_casts)
+                               .transform(_date_parts))
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
@@ -163,6 +172,19 @@ def _strict_casts(node: exp.Expr) -> exp.Expr:
     """
     if isinstance(node, exp.TryCast) and not node.args.get("safe"):
         return exp.Cast(this=node.this, to=node.to)
+    return node
+
+
+def _date_parts(node: exp.Expr) -> exp.Expr:
+    """A date part as DuckDB's function of the value as it is.
+
+    sqlglot writes Spark's ``year(x)`` as ``YEAR(CAST(x AS DATE))``, which would parse text
+    by DuckDB's rules; without the cast DuckDB refuses text, and the query runs in Spark.
+    """
+    for part, name in _DATE_PARTS:
+        if type(node) is part:
+            value = node.this.this if implied_date(node.this) else node.this
+            return exp.Anonymous(this=name, expressions=[value])
     return node
 
 
@@ -236,6 +258,7 @@ class LocalSql:
         self.max_state_rows = max_state_rows
         self._con = duckdb.connect()
         self._con.execute("SET threads TO 2")
+        self._con.execute("SET TimeZone = 'UTC'")  # as Spark's session: date parts of a TIMESTAMP
         self.queries = 0  # how many ran here (tests and benchmarks read it)
         self._kept: DiskCache | None = None
 

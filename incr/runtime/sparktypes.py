@@ -56,6 +56,20 @@ _DOUBLES = (exp.Pow, exp.Sqrt, exp.Sign, exp.VariancePop, exp.Variance, exp.Stdd
             exp.StddevPop, exp.StddevSamp, exp.Ln, exp.Log, exp.Exp)
 _SAME = (exp.Min, exp.Max, exp.Abs, exp.First, exp.AnyValue, exp.Neg, exp.Paren)
 _UNKNOWN = pa.null()  # the type of NULL: it takes any other branch's
+#: Parts of a DATE or TIMESTAMP (an INT in Spark) and DuckDB's function for each: the
+#: calendar's fields, and ISO 8601 week numbers in both engines.  DuckDB takes them of a
+#: DATE or TIMESTAMP only (refusing text, which Spark would cast), and of a TIMESTAMP in
+#: UTC, the zone of incr's Spark sessions (``SET TimeZone`` in ``LocalSql``).
+DATE_PARTS = ((exp.Year, "year"), (exp.Quarter, "quarter"), (exp.Month, "month"),
+              (exp.Day, "dayofmonth"), (exp.DayOfMonth, "dayofmonth"),
+              (exp.DayOfYear, "dayofyear"), (exp.WeekOfYear, "weekofyear"))
+
+
+def implied_date(node: exp.Expr) -> bool:
+    """Whether ``node`` is the date a date part implies of its argument (sqlglot reads
+    Spark's ``year(x)`` as the year of ``to_date(x)``): no function of its own."""
+    return (isinstance(node, exp.TsOrDsToDate) and not node.args.get("format")
+            and isinstance(node.parent, tuple(part for part, _ in DATE_PARTS)))
 
 
 @per_engine("result types", DRIVER)
@@ -218,6 +232,12 @@ class SparkTypes:
         if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
             args = [node.this, *node.expressions]
             return _wider([self._type(a, scope) for a in args], node.key.upper())
+        if isinstance(node, tuple(part for part, _ in DATE_PARTS)):
+            value = node.this.this if implied_date(node.this) else node.this
+            t = self._type(value, scope)
+            if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
+                raise NotLocal(f"it takes a date part of {t}, which Spark casts to a date first")
+            return pa.int32()
         if isinstance(node, exp.Anonymous):
             return self._function(node, scope)
         raise NotLocal(f"it uses {node.sql('spark')[:60]}, whose Spark type is not known here")

@@ -18,6 +18,7 @@ import json
 import os
 import random
 from collections.abc import Callable
+from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -42,12 +43,14 @@ TABLE = """CREATE TABLE t (
     k2 BIGINT,
     v  BIGINT,
     x  DOUBLE,
-    d  DECIMAL(10,2)
+    d  DECIMAL(10,2),
+    day DATE
 );"""
 SCHEMA = pa.schema([("k1", pa.string()), ("k2", pa.int64()), ("v", pa.int64()),
-                    ("x", pa.float64()), ("d", pa.decimal128(10, 2))])
+                    ("x", pa.float64()), ("d", pa.decimal128(10, 2)), ("day", pa.date32())])
 
-KEYS = ["k1", "k2", "k2 % 2", "upper(k1)", "d * 2", "CASE WHEN v > 10 THEN 'big' ELSE 'small' END"]
+KEYS = ["k1", "k2", "k2 % 2", "upper(k1)", "d * 2", "CASE WHEN v > 10 THEN 'big' ELSE 'small' END",
+        "day"]
 AGGREGATES = [
     "COUNT(*)", "COUNT(v)", "SUM(v)", "SUM(x)", "SUM(d)", "AVG(x)", "AVG(v)", "AVG(d)",
     "MIN(x)", "MAX(v)", "MIN(k1)", "MAX(d)", "COUNT(DISTINCT v)", "COUNT(DISTINCT k1)",
@@ -63,6 +66,7 @@ DERIVED = {
     "upper(k1)": ["length(upper(k1))"],
     "d * 2": ["d * 2 > 10"],
     KEYS[5]: [f"length({KEYS[5]})"],
+    "day": ["year(day)", "weekofyear(day)", "month(day)"],  # a time grain
 }
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0"]
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
@@ -169,7 +173,9 @@ def random_row(rng: random.Random) -> dict:
     return {"k1": maybe(rng.choice(["a", "b", "c", "d"])), "k2": maybe(rng.randint(0, 3)),
             "v": maybe(rng.randint(-5, 20)),
             "x": maybe(1e16 if rng.random() < 0.05 else rng.randint(-12, 40) / 4),
-            "d": maybe(Decimal(rng.randint(-9999, 99999)) / 100)}
+            "d": maybe(Decimal(rng.randint(-9999, 99999)) / 100),
+            # ten days over a year's end: ISO weeks 52, 1 and 2, two years, two months
+            "day": maybe(date(2026, 12, 26) + timedelta(days=rng.randint(0, 9)))}
 
 
 def land(landing: Path, seq: int, rows: list[dict], delete: bool, fmt: str) -> None:
@@ -182,7 +188,7 @@ def land(landing: Path, seq: int, rows: list[dict], delete: bool, fmt: str) -> N
     elif fmt == "csv":
         pacsv.write_csv(table, path)
     else:
-        path.write_text("".join(json.dumps({k: (str(v) if isinstance(v, Decimal) else v)
+        path.write_text("".join(json.dumps({k: (str(v) if isinstance(v, (Decimal, date)) else v)
                                             for k, v in r.items()}) + "\n" for r in rows))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -59,6 +61,52 @@ def test_query_equals_spark_h_buckets_and_types_included(spark, view):
     assert got is not None and engine.queries == 1
     key = [(c, "ascending") for c in schema.names if c != "_bucket"]
     assert got.sort_by(key).equals(expected.cast(schema).sort_by(key))
+
+
+DATES = """-- incr: buckets = 8
+CREATE TABLE e (day DATE, at TIMESTAMP, note VARCHAR, v BIGINT);
+CREATE VIEW grains AS SELECT year(day) AS y, quarter(day) AS q, month(day) AS m,
+    dayofmonth(day) AS dm, dayofyear(day) AS dy, weekofyear(day) AS w, year(at) AS ya,
+    month(at) AS ma, day(at) AS da, weekofyear(at) AS wa, SUM(v) AS s
+  FROM e GROUP BY year(day), quarter(day), month(day), dayofmonth(day), dayofyear(day),
+    weekofyear(day), year(at), month(at), day(at), weekofyear(at);
+CREATE VIEW noted AS SELECT year(note) AS y, COUNT(*) AS n FROM e GROUP BY year(note);
+"""
+
+
+def test_date_parts_equal_spark_at_the_calendar_s_edges(spark):
+    """A time grain's keys (year, quarter, month, day, day of year, ISO week) of a DATE and
+    of a TIMESTAMP (in UTC, as incr's sessions) are computed on the driver, equal to Spark's
+    at year ends, ISO weeks 53 and 1, a leap day and an instant just before midnight UTC,
+    buckets included; a date part of text, which Spark casts to a date, is left to Spark."""
+    compiled = compile_text(DATES, path="dates.sql", name="dates")
+    sql = _h_sql(compiled, "grains")
+    assert prepare(sql) is not None
+    days = [dt.date(2020, 12, 31), dt.date(2021, 1, 1), dt.date(2021, 1, 3), dt.date(2021, 1, 4),
+            dt.date(2024, 2, 29), dt.date(2024, 12, 30), dt.date(2026, 12, 1), None]
+    utc = dt.UTC
+    ats = [dt.datetime(2020, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+           dt.datetime(2021, 1, 1, 0, 0, tzinfo=utc), dt.datetime(2024, 2, 29, 12, tzinfo=utc),
+           dt.datetime(2027, 1, 1, 0, 30, tzinfo=utc), None]
+    rows = [(d, a, i) for i, (d, a) in enumerate((d, a) for d in days for a in ats)]
+    batch = pa.table({
+        "day": pa.array([d for d, _, _ in rows], pa.date32()),
+        "at": pa.array([a for _, a, _ in rows], pa.timestamp("us", tz="UTC")),
+        "note": pa.array(["2024-01-05"] * len(rows)),
+        "v": pa.array([i for _, _, i in rows], pa.int64()),
+        "_row": pa.array(range(1, len(rows) + 1), pa.int64()),
+    })
+    spark.createDataFrame(batch).createOrReplaceTempView("batch")
+    expected = spark.sql(sql.sql).toArrow()
+    schema = pa.schema([f.with_nullable(True) for f in expected.schema])
+    engine = LocalSql()
+    got = engine.query(sql, {"batch": batch}, schema)
+    assert got is not None and engine.queries == 1
+    key = [(c, "ascending") for c in schema.names if c != "_bucket"]
+    assert got.num_rows == len(rows)
+    assert got.sort_by(key).equals(expected.cast(schema).sort_by(key))
+    noted = _h_sql(compiled, "noted")
+    assert engine.query(noted, {"batch": batch}, spark.sql(noted.sql).toArrow().schema) is None
 
 
 def test_query_gives_way_when_the_result_does_not_fit():

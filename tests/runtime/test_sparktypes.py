@@ -63,6 +63,9 @@ KNOWN = [
     "i32 > 1", "d = 1", "s IS NULL", "i32 IN (1, 2)", "NOT b", "b AND i32 <=> 2",
     # functions the compiler writes
     "CAST(pmod(xxhash64(s, i64), 8) AS INT)", "pmod(xxhash64(s), 8)", "xxhash64(i32)",
+    # date parts (a time grain's keys)
+    "year(day)", "month(day)", "quarter(day)", "dayofmonth(day)", "day(day)", "dayofyear(day)",
+    "weekofyear(day)", "year(at)", "month(at)", "weekofyear(at)",
 ]
 AGGREGATES = [
     "count(*)", "count(DISTINCT s)", "sum(i8)", "sum(i64)", "sum(f32)", "sum(d)", "sum(fine)",
@@ -113,6 +116,7 @@ def test_relations_star_subqueries_joins_unions_and_lateral_views(spark):
 @pytest.mark.parametrize("sql", [
     "SELECT rank() OVER (ORDER BY i32) AS r FROM t",  # a window
     "SELECT upper(s) AS u FROM t",  # a string function
+    "SELECT year(s) AS y FROM t",  # a date part of text: Spark casts it to a date first
     "SELECT CAST(at AS TIMESTAMP) AS z FROM t",  # a time zone
     "SELECT a.i32 FROM t AS a JOIN t AS b USING (i32)",  # merged columns
     "SELECT i32 FROM elsewhere",  # not registered
