@@ -26,6 +26,21 @@ def _h_sql(compiled, view: str) -> Query:
     return plan.h_query(plan.main_tables[0].name, "batch")
 
 
+def _driver_equals_spark(spark, sql: Query, batch: pa.Table) -> LocalSql:
+    """Runs ``sql`` over ``batch`` (as ``batch``) on the driver and in Spark: the same rows,
+    buckets and types; returns the driver's engine."""
+    spark.createDataFrame(batch).createOrReplaceTempView("batch")
+    expected = spark.sql(sql.sql).toArrow()
+    schema = pa.schema([f.with_nullable(True) for f in expected.schema])
+    engine = LocalSql()
+    got = engine.query(sql, {"batch": batch}, schema)
+    assert got is not None and engine.queries == 1
+    assert got.num_rows == expected.num_rows
+    key = [(c, "ascending") for c in schema.names if c != "_bucket"]
+    assert got.sort_by(key).equals(expected.cast(schema).sort_by(key))
+    return engine
+
+
 def test_prepare_takes_plain_aggregates_and_refuses_other_functions():
     compiled = compile_text(PROGRAM, path="local.sql", name="local")
     prepared = prepare(_h_sql(compiled, "plain"))
@@ -53,14 +68,7 @@ def test_query_equals_spark_h_buckets_and_types_included(spark, view):
             pa.decimal128(9, 2)),
         "_row": pa.array(range(1, n + 1), pa.int64()),
     })
-    spark.createDataFrame(batch).createOrReplaceTempView("batch")
-    expected = spark.sql(sql.sql).toArrow()
-    schema = pa.schema([f.with_nullable(True) for f in expected.schema])
-    engine = LocalSql()
-    got = engine.query(sql, {"batch": batch}, schema)
-    assert got is not None and engine.queries == 1
-    key = [(c, "ascending") for c in schema.names if c != "_bucket"]
-    assert got.sort_by(key).equals(expected.cast(schema).sort_by(key))
+    _driver_equals_spark(spark, sql, batch)
 
 
 DATES = """-- incr: buckets = 8
@@ -96,15 +104,7 @@ def test_date_parts_equal_spark_at_the_calendar_s_edges(spark):
         "v": pa.array([i for _, _, i in rows], pa.int64()),
         "_row": pa.array(range(1, len(rows) + 1), pa.int64()),
     })
-    spark.createDataFrame(batch).createOrReplaceTempView("batch")
-    expected = spark.sql(sql.sql).toArrow()
-    schema = pa.schema([f.with_nullable(True) for f in expected.schema])
-    engine = LocalSql()
-    got = engine.query(sql, {"batch": batch}, schema)
-    assert got is not None and engine.queries == 1
-    key = [(c, "ascending") for c in schema.names if c != "_bucket"]
-    assert got.num_rows == len(rows)
-    assert got.sort_by(key).equals(expected.cast(schema).sort_by(key))
+    engine = _driver_equals_spark(spark, sql, batch)
     noted = _h_sql(compiled, "noted")
     assert engine.query(noted, {"batch": batch}, spark.sql(noted.sql).toArrow().schema) is None
 
