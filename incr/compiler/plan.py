@@ -248,7 +248,7 @@ class Rollup:
     deletions.  ``of`` describes the state's grouping, for ``incr explain``.
 
     ``derived``: the view's keys that are a function of the state's θ columns rather than
-    one of them (``GROUP BY date_trunc('month', day)`` from a state by ``day``), each an
+    one of them (``GROUP BY year(day), month(day)`` from a state by ``day``), each an
     expression over the state's column names with the view's name for it.  A finer group
     falls in the one coarse group its θ values compute, so the regrouping is exact.
     """
@@ -261,11 +261,6 @@ class Rollup:
     def table(self, name: str) -> Regrouped:
         """How state table ``name`` is regrouped."""
         return next(t for t in self.tables if t.table == name)
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The view's names for its keys: those of the state's columns, then the derived."""
-        return tuple(own for _, own in self.keys) + tuple(own for _, own in self.derived)
 
     def __repr__(self) -> str:
         # An answer's fingerprint hashes its repr: without derived keys it reads as before
