@@ -42,8 +42,14 @@ from incr.errors import StorageError
 from incr.runtime import sparkhash
 from incr.runtime.diskcache import DiskCache
 from incr.runtime.engine import DRIVER, Engine, NotLocal, as_query, per_engine
-from incr.runtime.sparktypes import DATE_PARTS as _DATE_PARTS
-from incr.runtime.sparktypes import SparkTypes, implied_date, spark_form
+from incr.runtime.sparktypes import (
+    DATE_PART_NODES,
+    DATE_PARTS,
+    SparkTypes,
+    date_part_of,
+    implied_date,
+    spark_form,
+)
 
 if TYPE_CHECKING:
     from incr.runtime.store import DeltaStore, Snapshot
@@ -60,7 +66,7 @@ _ALLOWED = (
     exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam,
     # a signed change set as plain rows: LATERAL VIEW explode(sequence(1, abs(_w)))
     exp.Lateral, exp.Explode, exp.GenerateSeries, exp.Unnest,
-    *(part for part, _ in _DATE_PARTS),
+    *DATE_PART_NODES,
 )
 _INTEGRAL = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
              exp.DataType.Type.TINYINT}
@@ -181,10 +187,9 @@ def _date_parts(node: exp.Expr) -> exp.Expr:
     sqlglot writes Spark's ``year(x)`` as ``YEAR(CAST(x AS DATE))``, which would parse text
     by DuckDB's rules; without the cast DuckDB refuses text, and the query runs in Spark.
     """
-    for part, name in _DATE_PARTS:
+    for part, name in DATE_PARTS:
         if type(node) is part:
-            value = node.this.this if implied_date(node.this) else node.this
-            return exp.Anonymous(this=name, expressions=[value])
+            return exp.Anonymous(this=name, expressions=[date_part_of(node)])
     return node
 
 

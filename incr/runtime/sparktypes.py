@@ -63,13 +63,19 @@ _UNKNOWN = pa.null()  # the type of NULL: it takes any other branch's
 DATE_PARTS = ((exp.Year, "year"), (exp.Quarter, "quarter"), (exp.Month, "month"),
               (exp.Day, "dayofmonth"), (exp.DayOfMonth, "dayofmonth"),
               (exp.DayOfYear, "dayofyear"), (exp.WeekOfYear, "weekofyear"))
+DATE_PART_NODES = tuple(part for part, _ in DATE_PARTS)
 
 
 def implied_date(node: exp.Expr) -> bool:
     """Whether ``node`` is the date a date part implies of its argument (sqlglot reads
     Spark's ``year(x)`` as the year of ``to_date(x)``): no function of its own."""
     return (isinstance(node, exp.TsOrDsToDate) and not node.args.get("format")
-            and isinstance(node.parent, tuple(part for part, _ in DATE_PARTS)))
+            and isinstance(node.parent, DATE_PART_NODES))
+
+
+def date_part_of(node: exp.Expr) -> exp.Expr:
+    """The value a date part (one of :data:`DATE_PARTS`) takes, without the implied date."""
+    return node.this.this if implied_date(node.this) else node.this
 
 
 @per_engine("result types", DRIVER)
@@ -232,9 +238,8 @@ class SparkTypes:
         if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
             args = [node.this, *node.expressions]
             return _wider([self._type(a, scope) for a in args], node.key.upper())
-        if isinstance(node, tuple(part for part, _ in DATE_PARTS)):
-            value = node.this.this if implied_date(node.this) else node.this
-            t = self._type(value, scope)
+        if isinstance(node, DATE_PART_NODES):
+            t = self._type(date_part_of(node), scope)
             if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
                 raise NotLocal(f"it takes a date part of {t}, which Spark casts to a date first")
             return pa.int32()

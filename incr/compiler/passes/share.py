@@ -470,11 +470,9 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     # The finest grouping first: the state is keyed by it (a stable sort: views grouped
     # alike keep their order, and so the state its layout).  Fewer keys may be finer when
     # they are what the others' keys are computed from (day beside year(day), month(day)).
-    merging.sort(key=lambda m: -len(_theta(m[1])))
     finest = next((set(_theta(c)) for _, c in merging if all(
         set(_theta(o)) == set(_theta(c)) or _refines(c, o) for _, o in merging)), None)
-    if finest is not None:
-        merging.sort(key=lambda m: set(_theta(m[1])) != finest)
+    merging.sort(key=lambda m: (set(_theta(m[1])) != finest, -len(_theta(m[1]))))
     first = _widened(program, [c for _, c in merging])
     agg = _aggregate(first)
     calls: list[AggCall] = []
