@@ -425,7 +425,9 @@ class AnswerTable:
         On the driver only the state rows whose θ columns each hold one of the groups'
         values are read (a filtered scan), so the driver holds about the touched groups'
         rows, not their buckets: a batch of keys spread over the whole key range reaches
-        every bucket.  ``batch``, when ``groups`` are the ones its fold touched: a table's
+        every bucket.  A regrouped view's coarse groups computed from θ (``year(day)``) are
+        found in ``main`` first, and the other tables read by the finer groups found there.
+        ``batch``, when ``groups`` are the ones its fold touched: a table's
         rows kept after that fold (:meth:`ViewState.touched_rows`) are not read again, and
         on the driver the rows read are kept for the other views sharing the state.
         """
@@ -436,23 +438,38 @@ class AnswerTable:
         kept = self.state.touched_rows(batch) if rollup is None else {}
         keep = (batch >= 0 and engine.name == DRIVER and self.plan.shares is not None
                 and rollup is None)
-        views = {}
-        for t in self.plan.answer_tables:
+        # A coarse group computed from θ is found by its function's values, which no read by
+        # key narrows: its finer groups are read from ``main`` (a row per group), first, and
+        # the bags by them.
+        finer = rollup is not None and bool(rollup.derived) and engine.name == DRIVER
+        main = self.plan.answer.main
+        tables = sorted(self.plan.answer_tables, key=lambda t: t.name != main)
+        views: dict[str, str] = {}
+        groups_read: pa.Table | None = None  # finer: main's rows of the touched groups
+        for t in tables:
             name = f"{prefix}touched_{t.name}"
             if t.name in kept:
                 views[t.name] = engine.table(name, kept[t.name])
                 continue
-            if rollup is not None:  # state column: the view's name for it (not the derived)
-                columns = dict(rollup.keys)
+            matching: dict[str, pa.Array] | None
+            if groups_read is not None:
+                matching = {k.name: groups_read.column(k.name) for k in t.keys
+                            if k.name in groups_read.column_names} or None
             else:
-                columns = {k.name: k.name for k in t.keys if k.name in groups.column_names}
-            matching = ({c: groups.column(own) for c, own in columns.items()}
-                        if engine.name == DRIVER and columns else None)
+                if rollup is not None:  # state column: the view's name for it (not the derived)
+                    columns = dict(rollup.keys)
+                else:
+                    columns = {k.name: k.name for k in t.keys if k.name in groups.column_names}
+                matching = ({c: groups.column(own) for c, own in columns.items()}
+                            if engine.name == DRIVER and columns else None)
             state = engine.delta(f"{prefix}state_{t.name}", self.state.path(t.name), buckets,
                                  matching=matching, every=True,
                                  bucketed_by=None if rollup else self.plan.top.bucketed_by(t))
             rows = render_touched_rows(self.plan.answer, t, state, keys)
-            if keep:
+            if finer and t.name == main:
+                groups_read = engine.collect(rows, self.state.schema(t.name))
+                views[t.name] = engine.table(name, groups_read)
+            elif keep:
                 read = engine.collect(rows, self.state.schema(t.name))
                 self.state.note_rows(batch, t.name, read)
                 views[t.name] = engine.table(name, read)

@@ -627,6 +627,52 @@ def test_views_grouped_by_functions_of_the_finer_keys_are_answered_from_its_stat
     assert _states(warehouse) == {share.owner}
 
 
+@pytest.mark.parametrize("vector_rows", [0, 4], ids=["scan", "vectors"])
+def test_a_coarse_group_computed_from_the_keys_reads_only_its_finer_groups(
+        spark, dirs, monkeypatch, vector_rows):
+    """A month's rows of the daily state's MAX bag are found by the month's days, which
+    ``main`` (a row per day and name) gives, not by ``month(day)`` over the whole bag: with
+    the bag larger than the driver holds and a month's rows not, a batch touching one month
+    publishes the monthly view by change on the driver (before, the whole bag went to
+    Spark), a delete of the month's maximum included, equal to DuckDB after every batch."""
+    landing, warehouse = dirs
+    compiled = compile_text(ROLLUP + DAYS + DAILY + MONTHLY, name="shop")
+    assert compiled.plan("monthly").answer.rollup.derived
+    # 12 months x 2 names: 24 groups in main; 5 values each: 120 rows in the MAX bag.
+    config = Settings(local_state_rows=40, state_vector_rows=vector_rows, answer_rewrite_rows=0)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000, config=config)
+    fell: list[tuple[str, str]] = []
+    fell_back = pipeline.engines.fell_back
+
+    def spy(step: str, subject: str, reason: str) -> None:
+        fell.append((step, subject))
+        fell_back(step, subject, reason)
+
+    monkeypatch.setattr(pipeline.engines, "fell_back", spy)
+    schema = pa.schema([("day", pa.date32()), ("k", pa.string()), ("v", pa.int64())])
+    days = [dt.date(2026, m, 3) for m in range(1, 13)]
+    every = [(d, k, 10 * m + 5 * i + v) for m, d in enumerate(days)
+             for i, k in enumerate(("ann", "bob")) for v in range(5)]
+    steps = [
+        ("s", False, every),
+        ("s", False, [(days[4], "ann", 99), (days[4], "cid", 1)]),  # May alone
+        ("s", True, [(days[4], "ann", 99), (days[4], "bob", 49)]),  # May's two largest go
+    ]
+    reports: list = []
+    live: dict[str, list[tuple]] = {"s": []}
+    for seq, batch in enumerate(steps):
+        fell.clear()
+        _joined_step(landing, warehouse, lambda: reports.append(pipeline.run()), compiled,
+                     {"s": schema}, live, seq, batch)
+        if seq:
+            (applied,) = reports[-1].applied
+            assert {m.view: m.answer_mode for m in applied.views}["monthly"] == "change"
+            assert ("answer", "view monthly") not in fell, fell
+    answer, _ = read_answer(warehouse, compiled.plan("monthly"))
+    may = next(r for r in answer.to_pylist() if r["m"] == 5)
+    assert (may["top"], may["names"]) == (48, 3)
+
+
 def test_a_coarser_view_added_beside_a_finer_state_publishes_from_it(spark, dirs):
     """A view added to a running program, grouped by fewer keys and needing only what the
     finer state keeps, is answered from that state: no batch is read again.  (A view that
