@@ -4,13 +4,15 @@ It shares nothing with the incremental path but the program text: no IR, no stat
 Spark.  Tests and ``make demo`` compare every answer table with it (DESIGN §5).
 
 Comparison follows the contract (DESIGN §2): integers, strings and decimals must be equal
-exactly; floating point within 1e-9 relative; row order is ignored unless the view has an
+exactly; floating point within 1e-9 relative; a TIMESTAMP as an instant (DuckDB's without a
+zone read in UTC, the zone of incr's sessions); row order is ignored unless the view has an
 ORDER BY, in which case rows must come in the same order (so views compared in order
 must order by keys that make the order total, as a LIMIT needs anyway).
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
@@ -98,6 +100,10 @@ def live_rows(inserted: Sequence[pa.Table], deleted: Sequence[pa.Table],
 def _normal(v: Any) -> Any:
     if isinstance(v, Decimal):
         return v
+    if isinstance(v, datetime.datetime) and v.tzinfo is not None:
+        # an instant (Spark's TIMESTAMP) against DuckDB's TIMESTAMP without a zone, which
+        # incr reads in UTC, the zone of its sessions (``date_trunc`` of a DATE is one)
+        return v.astimezone(datetime.UTC).replace(tzinfo=None)
     if isinstance(v, float) and math.isnan(v):
         return "NaN"
     return v

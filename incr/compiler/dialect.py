@@ -74,18 +74,36 @@ def q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def nonzero_number(node: exp.Expr) -> bool:
+    """Whether ``node`` is a number written out other than zero: a divisor no row can make 0.
+
+    ``3``, ``-2.5`` and ``(7)`` are; a column, an expression and ``0`` are not.
+    """
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        node = node.this
+    if not isinstance(node, exp.Literal) or node.is_string:
+        return False
+    try:
+        return float(node.this) != 0
+    except ValueError:
+        return False
+
+
 def render_expression(tree: exp.Expr, dialect: str) -> str:
     """SQL text of a scalar expression in ``dialect``.
 
     For Spark, division is ``try_divide`` over DOUBLEs: DuckDB's ``/`` is floating-point
     division even for integers and decimals, and NULL on a zero divisor where Spark's ANSI
-    mode would fail the batch.
+    mode would fail the batch.  A remainder by anything but a non-zero number is
+    ``try_mod``, NULL on a zero divisor as DuckDB's ``%`` is.
     """
     if dialect == SPARK:
         def safe_div(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Div):  # DuckDB's `/` is floating-point division
                 return exp.Anonymous(this="try_divide", expressions=[
                     exp.cast(node.this, "DOUBLE"), exp.cast(node.expression, "DOUBLE")])
+            if isinstance(node, exp.Mod) and not nonzero_number(node.expression):
+                return exp.Anonymous(this="try_mod", expressions=[node.this, node.expression])
             return node
 
         tree = tree.transform(safe_div)

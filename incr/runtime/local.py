@@ -10,9 +10,10 @@ same*:
 
 * The SQL is the one the compiler wrote for Spark, transpiled by sqlglot.  Only a small set of
   constructs is accepted (columns, literals, arithmetic, comparisons, CASE, COALESCE, numeric
-  casts, SUM/COUNT/MIN/MAX/AVG/VAR_POP, joins, grouping, ordering); anything else (a string
-  or date function, a cast to text) raises :class:`~incr.runtime.engine.NotLocal` naming
-  it, and the step runs in Spark, whose semantics the rest of the system is built on.
+  casts, SUM/COUNT/MIN/MAX/AVG/VAR_POP, joins, grouping, ordering, a remainder, the parts
+  of a date or time and its truncations in UTC); anything else (a string function, a cast
+  to text) raises :class:`~incr.runtime.engine.NotLocal` naming it, and the step runs in
+  Spark, whose semantics the rest of the system is built on.
 * ``_bucket`` is Spark's ``pmod(xxhash64(θ), n)``; it is computed by
   :mod:`incr.runtime.sparkhash`, bit for bit, after the query.
 * The result is cast to the schema Spark gave the same table (the state table, or the
@@ -37,7 +38,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from incr.compiler.dialect import Bucket, Query
+from incr.compiler.dialect import Bucket, Query, nonzero_number
 from incr.errors import StorageError
 from incr.runtime import sparkhash
 from incr.runtime.diskcache import DiskCache
@@ -67,7 +68,13 @@ _ALLOWED = (
     # a signed change set as plain rows: LATERAL VIEW explode(sequence(1, abs(_w)))
     exp.Lateral, exp.Explode, exp.GenerateSeries, exp.Unnest,
     *DATE_PART_NODES,
+    exp.Mod,  # by a non-zero number, or written try_mod (see _remainders)
+    exp.TimestampTrunc,  # date_trunc to the units both engines truncate to alike
 )
+#: Spark's units of ``date_trunc`` and DuckDB's name for each; weeks start on Monday in both.
+_TRUNCATED = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter",
+              "MONTH": "month", "MM": "month", "MON": "month", "WEEK": "week", "DAY": "day",
+              "DD": "day", "HOUR": "hour", "MINUTE": "minute", "SECOND": "second"}
 _INTEGRAL = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
              exp.DataType.Type.TINYINT}
 _NUMERIC = {exp.DataType.Type.BIGINT, exp.DataType.Type.INT, exp.DataType.Type.SMALLINT,
@@ -143,8 +150,14 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             return f"it has no single column {bucket.column} to hash"
         projections[at[0]].set("this", exp.cast(exp.Literal.number(0), "INT"))
     for node in tree.walk():
-        if implied_date(node):
-            continue
+        if implied_date(node) or _try_mod(node) or (isinstance(node, exp.Var)
+                                                    and isinstance(node.parent, exp.TimestampTrunc)):
+            continue  # no function of their own: the unit checked below, try_mod's operands
+        if isinstance(node, exp.Mod) and not nonzero_number(node.expression):
+            return (f"it uses {node.sql(dialect='spark')[:60]}, which Spark fails on a zero "
+                    f"divisor (try_mod is NULL there, as DuckDB's %)")
+        if isinstance(node, exp.TimestampTrunc) and _truncation(node) is None:
+            return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
         if not isinstance(node, _ALLOWED):
             name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__
             return f"it uses {name}, outside the driver-side set"
@@ -153,7 +166,8 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
         if isinstance(node, exp.Pow) and not _exact_power(node):
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
     tree = _fast_decimal_casts(tree.transform(_strict_casts).transform(_truncating_casts)
-                               .transform(_date_parts))
+                               .transform(_date_parts).transform(_remainders)
+                               .transform(_truncations))
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
@@ -190,6 +204,37 @@ def _date_parts(node: exp.Expr) -> exp.Expr:
     for part, name in DATE_PARTS:
         if type(node) is part:
             return exp.Anonymous(this=name, expressions=[date_part_of(node)])
+    return node
+
+
+def _try_mod(node: exp.Expr) -> bool:
+    """Whether ``node`` is Spark's ``try_mod(x, y)``, the compiler's remainder by a column."""
+    return (isinstance(node, exp.Anonymous) and node.name.lower() == "try_mod"
+            and len(node.expressions) == 2)
+
+
+def _remainders(node: exp.Expr) -> exp.Expr:
+    """``try_mod(x, y)`` as DuckDB's ``x % y``: both NULL on a zero divisor, and both take
+    the dividend's sign (``-7 % 3`` is -1), integers and floating point alike."""
+    if _try_mod(node):
+        return exp.Paren(this=exp.Mod(this=node.expressions[0], expression=node.expressions[1]))
+    return node
+
+
+def _truncation(node: exp.TimestampTrunc) -> str | None:
+    """DuckDB's unit for Spark's ``date_trunc(unit, x)`` (None: a unit it does not take here)."""
+    unit = node.args.get("unit")
+    return _TRUNCATED.get(unit.name.upper()) if isinstance(unit, (exp.Var, exp.Literal)) else None
+
+
+def _truncations(node: exp.Expr) -> exp.Expr:
+    """``date_trunc(unit, x)`` as DuckDB's, of the value as it is (DuckDB refuses text, which
+    Spark would cast).  A DATE truncated is a TIMESTAMP at midnight in both; DuckDB's has no
+    zone, read as UTC (the zone of incr's sessions) by the cast to Spark's type."""
+    if isinstance(node, exp.TimestampTrunc):
+        unit = _truncation(node)
+        assert unit is not None, "refused before"
+        return exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), node.this])
     return node
 
 

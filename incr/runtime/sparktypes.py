@@ -57,12 +57,13 @@ _DOUBLES = (exp.Pow, exp.Sqrt, exp.Sign, exp.VariancePop, exp.Variance, exp.Stdd
 _SAME = (exp.Min, exp.Max, exp.Abs, exp.First, exp.AnyValue, exp.Neg, exp.Paren)
 _UNKNOWN = pa.null()  # the type of NULL: it takes any other branch's
 #: Parts of a DATE or TIMESTAMP (an INT in Spark) and DuckDB's function for each: the
-#: calendar's fields, and ISO 8601 week numbers in both engines.  DuckDB takes them of a
-#: DATE or TIMESTAMP only (refusing text, which Spark would cast), and of a TIMESTAMP in
-#: UTC, the zone of incr's Spark sessions (``SET TimeZone`` in ``LocalSql``).
+#: calendar's fields, ISO 8601 week numbers in both engines, and the clock's (0 of a
+#: DATE).  DuckDB takes them of a DATE or TIMESTAMP only (refusing text, which Spark would
+#: cast), and of a TIMESTAMP in UTC, the zone of incr's Spark sessions (``SET TimeZone`` in ``LocalSql``).
 DATE_PARTS = ((exp.Year, "year"), (exp.Quarter, "quarter"), (exp.Month, "month"),
               (exp.Day, "dayofmonth"), (exp.DayOfMonth, "dayofmonth"),
-              (exp.DayOfYear, "dayofyear"), (exp.WeekOfYear, "weekofyear"))
+              (exp.DayOfYear, "dayofyear"), (exp.WeekOfYear, "weekofyear"),
+              (exp.Hour, "hour"), (exp.Minute, "minute"), (exp.Second, "second"))
 DATE_PART_NODES = tuple(part for part, _ in DATE_PARTS)
 
 
@@ -243,6 +244,11 @@ class SparkTypes:
             if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
                 raise NotLocal(f"it takes a date part of {t}, which Spark casts to a date first")
             return pa.int32()
+        if isinstance(node, exp.TimestampTrunc):  # date_trunc(unit, x): a TIMESTAMP in UTC
+            t = self._type(node.this, scope)
+            if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
+                raise NotLocal(f"date_trunc() of {t}, which Spark casts to a TIMESTAMP first")
+            return pa.timestamp("us", tz="UTC")  # the zone of incr's sessions
         if isinstance(node, exp.Anonymous):
             return self._function(node, scope)
         raise NotLocal(f"it uses {node.sql('spark')[:60]}, whose Spark type is not known here")
@@ -251,6 +257,9 @@ class SparkTypes:
         name = node.name.lower()
         if name == "xxhash64":
             return pa.int64()
+        if name == "try_mod" and len(node.expressions) == 2:  # the compiler's ``%`` by a column
+            return self._arithmetic(exp.Mod(this=node.expressions[0],
+                                            expression=node.expressions[1]), scope)
         if name == "pmod" and len(node.expressions) == 2:
             types = [self._type(a, scope) for a in node.expressions]
             if all(t in _INTEGERS for t in types):

@@ -66,9 +66,10 @@ DERIVED = {
     "upper(k1)": ["length(upper(k1))"],
     "d * 2": ["d * 2 > 10"],
     KEYS[5]: [f"length({KEYS[5]})"],
-    "day": ["year(day)", "weekofyear(day)", "month(day)"],  # a time grain
+    "day": ["year(day)", "weekofyear(day)", "month(day)", "date_trunc('month', day)"],  # time grains
 }
-WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0"]
+WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0",
+          "v % k2 = 1"]  # NULL where k2 is 0
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 

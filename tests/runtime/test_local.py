@@ -79,6 +79,13 @@ CREATE VIEW grains AS SELECT year(day) AS y, quarter(day) AS q, month(day) AS m,
   FROM e GROUP BY year(day), quarter(day), month(day), dayofmonth(day), dayofyear(day),
     weekofyear(day), year(at), month(at), day(at), weekofyear(at);
 CREATE VIEW noted AS SELECT year(note) AS y, COUNT(*) AS n FROM e GROUP BY year(note);
+CREATE VIEW clock AS SELECT hour(at) AS h, minute(at) AS mi, second(at) AS sec, hour(day) AS hd,
+    date_trunc('MONTH', day) AS md, date_trunc('WEEK', at) AS wa, date_trunc('HOUR', at) AS ha,
+    date_trunc('QUARTER', day) AS qd, v % 3 AS r, v % (v - 4) AS rv, SUM(v % 4) AS s
+  FROM e GROUP BY hour(at), minute(at), second(at), hour(day), date_trunc('MONTH', day),
+    date_trunc('WEEK', at), date_trunc('HOUR', at), date_trunc('QUARTER', day), v % 3, v % (v - 4);
+CREATE VIEW odd_units AS SELECT date_trunc('MILLISECOND', at) AS ms, COUNT(*) AS n FROM e
+  GROUP BY date_trunc('MILLISECOND', at);
 """
 
 
@@ -86,7 +93,8 @@ def test_date_parts_equal_spark_at_the_calendar_s_edges(spark):
     """A time grain's keys (year, quarter, month, day, day of year, ISO week) of a DATE and
     of a TIMESTAMP (in UTC, as incr's sessions) are computed on the driver, equal to Spark's
     at year ends, ISO weeks 53 and 1, a leap day and an instant just before midnight UTC,
-    buckets included; a date part of text, which Spark casts to a date, is left to Spark."""
+    buckets included; a date part of text, which Spark casts to a date, is left to Spark.
+    So are the clock's parts, ``date_trunc`` and remainders (a bucket's key)."""
     compiled = compile_text(DATES, path="dates.sql", name="dates")
     sql = _h_sql(compiled, "grains")
     assert prepare(sql) is not None
@@ -107,6 +115,13 @@ def test_date_parts_equal_spark_at_the_calendar_s_edges(spark):
     engine = _driver_equals_spark(spark, sql, batch)
     noted = _h_sql(compiled, "noted")
     assert engine.query(noted, {"batch": batch}, spark.sql(noted.sql).toArrow().schema) is None
+    # the clock's parts (0 of a DATE), truncations of a DATE and a TIMESTAMP, remainders by
+    # a number and by a column (NULL where it is 0, with a negative dividend too)
+    clock = _h_sql(compiled, "clock")
+    assert "try_mod" in clock.sql.lower() and prepare(clock) is not None
+    _driver_equals_spark(spark, clock, batch.set_column(
+        3, "v", pa.array([i - 9 for i in range(len(rows))], pa.int64())))
+    assert prepare(_h_sql(compiled, "odd_units")) is None  # a unit left to Spark
 
 
 def test_query_gives_way_when_the_result_does_not_fit():

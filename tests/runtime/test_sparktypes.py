@@ -66,6 +66,10 @@ KNOWN = [
     # date parts (a time grain's keys)
     "year(day)", "month(day)", "quarter(day)", "dayofmonth(day)", "day(day)", "dayofyear(day)",
     "weekofyear(day)", "year(at)", "month(at)", "weekofyear(at)",
+    # the clock's parts, truncations and remainders (a time grain's or a bucket's keys)
+    "hour(at)", "minute(at)", "second(at)", "hour(day)",
+    "date_trunc('MONTH', at)", "date_trunc('HOUR', at)", "date_trunc('WEEK', day)",
+    "try_mod(i64, i32)", "try_mod(f64, i8)", "try_mod(i8, i16)", "i32 % 7",
 ]
 AGGREGATES = [
     "count(*)", "count(DISTINCT s)", "sum(i8)", "sum(i64)", "sum(f32)", "sum(d)", "sum(fine)",
@@ -123,6 +127,7 @@ def test_relations_star_subqueries_joins_unions_and_lateral_views(spark):
     "SELECT i32 + 1 FROM t",  # no name
     "SELECT i32 AS x FROM t AS a JOIN t AS b ON a.s = b.s",  # ambiguous
     "SELECT d % 2 AS r FROM t",  # a DECIMAL remainder
+    "SELECT date_trunc('MONTH', s) AS m FROM t",  # of text: Spark casts it first
     "SELECT NULL + d AS z FROM t",
     "SELEC i32",
 ])
