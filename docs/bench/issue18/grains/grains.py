@@ -7,9 +7,11 @@ the issue's baseline).  The three take each step in turn on one Spark session; e
 step's seconds and each view's (fold, answer) seconds are printed, then the medians and
 how many answers differ from DuckDB's after the last step::
 
-    .venv/bin/python docs/bench/issue18/grains/grains.py [--no-max] [INITIAL [INCREMENT [N]]]
+    .venv/bin/python docs/bench/issue18/grains/grains.py [--no-max] [--trunc] [INITIAL [INCREMENT [N]]]
 
 ``--no-max``: the monthly view's MAX is replaced by a COUNT (no bag to regroup).
+``--trunc``: the monthly view groups by ``date_trunc('month', day)`` instead of the year and
+the month.
 """
 
 from __future__ import annotations
@@ -93,7 +95,12 @@ def main(argv: list[str]) -> int:
     if "--no-max" in argv:
         views = views.replace("MAX(amount) AS top\n  FROM sales GROUP BY year",
                               "COUNT(*) AS orders\n  FROM sales GROUP BY year")
-    given = [int(a) for a in argv if a != "--no-max"]
+    if "--trunc" in argv:
+        views = views.replace("CREATE VIEW monthly AS SELECT year(day), month(day), region,",
+                              "CREATE VIEW monthly AS SELECT date_trunc('month', day) AS m, region,")
+        views = views.replace(f"GROUP BY {MONTH}", "GROUP BY date_trunc('month', day), region")
+        assert "date_trunc('month', day), region;" in views
+    given = [int(a) for a in argv if not a.startswith("--")]
     numbers = given + [1_000_000, 1_000, 9][len(given):]
     landed = steps(*numbers[:3])
     work = Path(os.environ.get("TMPDIR", "/tmp")) / "incr-grains"
