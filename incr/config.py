@@ -53,7 +53,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
+from typing import Any
 
 #: Merges add a file per touched bucket; a state table is rewritten sorted once it holds
 #: more than this many files per bucket (of its own bucket count).
@@ -145,22 +146,8 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """The settings given by ``environ`` (default ``os.environ``); unset ones keep defaults."""
         environ = os.environ if environ is None else environ
-        values: dict[str, object] = {}
-        for f in fields(cls):
-            raw = environ.get(f.metadata["env"])
-            if raw is None or raw == "":
-                continue
-            if f.type in ("bool", bool):
-                if raw not in ("0", "1"):
-                    raise ValueError(f"{f.metadata['env']} must be 0 or 1, not {raw!r}")
-                values[f.name] = raw == "1"
-            elif f.type in ("int", int):
-                values[f.name] = _int(raw, f.metadata["env"])
-            elif f.type in ("float", float):
-                values[f.name] = float(raw)
-            else:
-                values[f.name] = raw
-        return cls(**values)  # type: ignore[arg-type]
+        values = {f.name: _parsed(f, environ.get(f.metadata["env"])) for f in fields(cls)}
+        return cls(**{n: v for n, v in values.items() if v is not None})  # type: ignore[arg-type]
 
     def spark_settings(self) -> dict[str, str]:
         """``spark_conf`` as a mapping (``key=value`` pairs separated by commas)."""
@@ -174,3 +161,29 @@ class Settings:
 def settings() -> Settings:
     """The process's settings, read from the environment now (it may change between runs)."""
     return Settings.from_env()
+
+
+def setting(name: str) -> Any:
+    """One field of :func:`settings`, its variable alone read now.
+
+    For the checks made many times a batch (a crash point), which need not parse every
+    other variable each time.
+    """
+    f = next(f for f in fields(Settings) if f.name == name)
+    value = _parsed(f, os.environ.get(f.metadata["env"]))
+    return getattr(Settings, name) if value is None else value
+
+
+def _parsed(f: Field, raw: str | None) -> object | None:
+    """The value of setting ``f`` written ``raw`` in its variable (None: unset or empty)."""
+    if raw is None or raw == "":
+        return None
+    if f.type in ("bool", bool):
+        if raw not in ("0", "1"):
+            raise ValueError(f"{f.metadata['env']} must be 0 or 1, not {raw!r}")
+        return raw == "1"
+    if f.type in ("int", int):
+        return _int(raw, f.metadata["env"])
+    if f.type in ("float", float):
+        return float(raw)
+    return raw

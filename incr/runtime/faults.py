@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from incr.config import settings
+from incr.config import setting
 
 CRASH_EXIT = 86
 #: A paused process gives up waiting after this long, so a test that fails cannot hang CI.
@@ -30,7 +30,7 @@ _paused: set[str] = set()
 
 def crash_point(name: str, batch: int) -> None:
     """Exits the process if ``INCR_CRASH_AT`` names this point and batch."""
-    spec = settings().crash_at
+    spec = setting("crash_at")
     if spec and spec == f"{name}:{batch}":
         os._exit(CRASH_EXIT)
 
@@ -41,7 +41,7 @@ def pause_point(name: str) -> None:
     On arrival it writes its pid to ``<file>.reached``, so the test knows which process
     waits; the wait ends when ``<file>`` exists (or after :data:`PAUSE_LIMIT_S`).
     """
-    spec = settings().pause_at
+    spec = setting("pause_at")
     if not spec or name in _paused:
         return
     point, _, release = spec.partition(":")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -117,6 +118,15 @@ class Locks:
         self.program = program
         self.shared = dict(shared or {})
         self._held: dict[str, bool] = {}  # the locks held, and whether shared
+        self._taken: dict[str, int] = {}  # when each lock held was taken (see holding())
+        self._takes = itertools.count()
+
+    def holding(self, view: str) -> int | None:
+        """While this object holds the lock of ``view`` (a view's or a shared state's, in
+        either mode), a number that stands for this hold of it, else None.  No other process
+        refreshes the view meanwhile, so what the hold saw of its state stays true until
+        the number changes."""
+        return self._taken.get(f"view-{view}")
 
     @contextlib.contextmanager
     def hold(self, *, ledger: bool = False, indexes: tuple[str, ...] = (),
@@ -153,7 +163,9 @@ class Locks:
                 if self.bucket is not None:
                     stack.enter_context(self.bucket.lease(path, what, wait_s, fd))
                 self._held[name] = shared
+                self._taken[name] = next(self._takes)
                 stack.callback(self._held.pop, name)
+                stack.callback(self._taken.pop, name)
                 taken = True
             if taken and self.bucket is not None:
                 self.bucket.pull()

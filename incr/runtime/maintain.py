@@ -76,6 +76,10 @@ class ViewRuntime:
         """The directory of the view's current state generation."""
         return self.state.root
 
+    def pin(self, holding: Callable[[], int | None]) -> None:
+        """Tells the state how to know that the view's lock is held (:attr:`ViewState.pin`)."""
+        self.state.pin = holding
+
     def table_path(self, table: str) -> Path:
         return self.state.path(table)
 
@@ -366,6 +370,9 @@ class WrappedRuntime:
 
     def drop_stale_state(self) -> list[str]:
         return self.inner.drop_stale_state()
+
+    def pin(self, holding: Callable[[], int | None]) -> None:
+        self.inner.pin(holding)
 
     def refresh(self) -> Path:
         return self.inner.refresh()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from incr.config import settings
+from incr.config import setting
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -50,7 +50,7 @@ os.register_at_fork(after_in_child=_pools.forget)
 
 def threads() -> int:
     """How many threads :func:`each` spreads work over (1: the caller's alone)."""
-    wanted = settings().driver_threads
+    wanted = setting("driver_threads")
     return wanted if wanted > 0 else max(1, min(4, os.cpu_count() or 1))
 
 

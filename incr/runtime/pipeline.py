@@ -24,6 +24,7 @@ needs it (:mod:`~incr.runtime.engine`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -242,6 +243,7 @@ class Pipeline:
                     state = shared[p.shares]
                 self._views[p.view] = view_runtime(p, self.store, self.engines, self.warehouse,
                                                    state)
+                self._views[p.view].pin(functools.partial(self.locks.holding, p.state_owner))
         return self._views
 
     @property

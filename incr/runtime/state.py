@@ -56,6 +56,8 @@ from incr.runtime.touchlog import TouchLog
 from incr.runtime.types import arrow_schema, nullable
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame
 
     from incr.runtime.engine import Engine, Engines
@@ -88,6 +90,10 @@ class ViewState:
     """The state tables of one view (one state fingerprint), or of the views that share
     them (:mod:`incr.compiler.passes.share`): one object for them all in a run."""
 
+    #: Generations this process started (:meth:`new_generation`), so a root kept while a
+    #: lock is held (:attr:`pin`) is looked up again after one, whichever object made it.
+    _started = 0
+
     def __init__(self, plan: IncrementalPlan, store: DeltaStore, warehouse: Path,
                  engines: Engines | None = None, members: tuple[tuple[str, str], ...] = ()):
         """``engines``: the run's engines, so a large table is compacted in Spark (None:
@@ -105,15 +111,29 @@ class ViewState:
         #: The last fold: ``(batch, the batch the state was at before it, the groups it
         #: touched)``, so the other views sharing the state publish by change after it.
         self.folded: tuple[int, int, pa.Table | None] = (-1, -1, None)
+        #: While the view's lock is held, a number standing for that hold (else None):
+        #: :meth:`Locks.holding <incr.runtime.lock.Locks.holding>`, set by the pipeline.
+        #: The newest generation cannot change under a hold but by this process, so
+        #: :attr:`root` is looked up once per hold rather than on every use.
+        self.pin: Callable[[], int | None] | None = None
+        self._pinned: tuple[tuple[int, int], Path] | None = None
 
     @property
     def root(self) -> Path:
         """The state directory: the newest generation of the view's state fingerprint.
 
         Looked up on every use (a directory listing), so a runtime built before a refresh
-        made a new generation writes to the new one once it holds the view's lock.
+        made a new generation writes to the new one once it holds the view's lock; once
+        per hold of that lock (:attr:`pin`), in which no other process starts one.
         """
-        return self.view_root / self.generation_name(self._generation())
+        hold = self.pin() if self.pin is not None else None
+        seen = None if hold is None else (hold, ViewState._started)
+        if seen is not None and self._pinned is not None and self._pinned[0] == seen:
+            return self._pinned[1]
+        root = self.view_root / self.generation_name(self._generation())
+        if seen is not None:
+            self._pinned = (seen, root)
+        return root
 
     @property
     def touch_log(self) -> TouchLog:
@@ -149,6 +169,7 @@ class ViewState:
         every later fold builds from batch 0 (the caller holds the view's lock)."""
         root = self.view_root / self.generation_name(self._generation() + 1)
         root.mkdir(parents=True)
+        ViewState._started += 1
         return root
 
     def path(self, table: str) -> Path:

@@ -161,6 +161,11 @@ class DeltaStore:
         #: tables of at most :data:`READ_CACHE_ROWS` rows, and that many rows in all.
         self._reads: dict[str, tuple[int, tuple[int, int] | None, pa.Table]] = {}
         self._reads_lock = threading.Lock()  # a row index appends on a thread of its own
+        #: Live rows of each kept table (of some buckets), by the version and commit stamp
+        #: they were counted at: every view asks them of each state table it reads, to
+        #: choose an engine, and delta-rs lists the version's files each time.
+        self._counts: dict[tuple[str, tuple[int, ...] | None],
+                           tuple[int, tuple[int, int] | None, int | None]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def exists(self, path: str | Path) -> bool:
@@ -218,7 +223,19 @@ class DeltaStore:
         deletes (a table moved by vectors still holds them, and counting them would send a
         table at the driver-side limit to Spark after its first delete).
         """
-        return self._live_rows(path, buckets)
+        key = str(path)
+        dt = self.table(path)
+        version, stamp = dt.version(), self._open[key][1]  # table() keeps what it opens
+        asked = (key, None if buckets is None else tuple(sorted(set(buckets))))
+        seen = self._counts.get(asked)
+        if stamp is not None and seen is not None and seen[:2] == (version, stamp):
+            return seen[2]
+        rows = self._live_rows(path, buckets)
+        if stamp is not None:
+            if len(self._counts) >= _COUNTS_KEPT:
+                self._counts.clear()
+            self._counts[asked] = (version, stamp, rows)
+        return rows
 
     def totals(self, path: str | Path) -> tuple[int | None, int]:
         """Live rows (None: not recorded) and bytes of the current version's files, from the
@@ -1552,6 +1569,10 @@ def _commit_by_hand(root: Path, dt: DeltaTable, actions: list[dict[str, Any]]) -
         except (DeltaError, OSError) as e:
             log.warning("the checkpoint of %s at version %d failed (%s); the commit stands, "
                         "and the next checkpoint covers it", root, version, e)
+
+
+#: How many row counts (:meth:`DeltaStore.row_count`) a store keeps before it forgets them all.
+_COUNTS_KEPT = 4096
 
 
 def _commit_stamp(root: str, version: int) -> tuple[int, int] | None:
