@@ -26,6 +26,7 @@ from incr.config import COMPACT_FILES_PER_BUCKET
 from incr.errors import StorageError
 from incr.runtime.engine import Engines
 from incr.runtime.ingest import load_batch
+from incr.runtime.lock import Locks
 from incr.runtime.pipeline import Pipeline
 from incr.runtime.session import SparkEngine
 from incr.runtime.state import INSERT, ViewState
@@ -293,3 +294,34 @@ def test_an_answer_rewritten_past_the_mirror_size_is_ready_for_its_first_merge(
     answer, _ = read_answer(warehouse, compiled.plans[0])
     assert sorted(answer.to_pylist(), key=lambda r: r["k"]) == [
         {"k": k, "s": k + (1 if k % 5 == 0 else 0)} for k in range(40)]
+
+
+def test_the_root_is_looked_up_once_per_hold_of_the_view_s_lock(tmp_path, monkeypatch):
+    """A state's newest generation is looked up (a directory listing) on every use, so a
+    process sees another's refresh; while it holds the view's lock no other process can
+    start one, so it is looked up once per hold, and again after this process starts one
+    (by any object)."""
+    plan = compile_text(PROGRAM, name="p").plans[0]
+    store = DeltaStore()
+    state = ViewState(plan, store, tmp_path)
+    locks = Locks(tmp_path / "locks", "p")
+    state.pin = lambda: locks.holding(plan.state_owner)
+    listed: list[int] = []
+    generation = ViewState._generation
+    monkeypatch.setattr(ViewState, "_generation",
+                        lambda self: listed.append(1) or generation(self))
+    (state.view_root / plan.state_fingerprint).mkdir(parents=True)
+    by_hand = state.view_root / f"{plan.state_fingerprint}.r1"  # another process's refresh
+    assert state.root.name == plan.state_fingerprint
+    by_hand.mkdir()
+    assert state.root == by_hand and len(listed) == 2  # not held: looked up every time
+    with locks.hold(views=(plan.state_owner,)):
+        assert state.root == state.root == state.path("main").parent == by_hand
+        assert len(listed) == 3
+        made = ViewState(plan, store, tmp_path).new_generation()  # this process, another object
+        assert len(listed) == 4
+        assert state.root == made == state.root and made.name.endswith(".r2")
+        assert len(listed) == 5
+    with locks.hold(views=(plan.state_owner,)):  # a new hold: looked up once again
+        assert state.root == state.root == made
+    assert len(listed) == 6

@@ -103,18 +103,24 @@ def test_row_count_is_the_live_rows_of_a_table_moved_by_deletion_vectors(tmp_pat
 
 def test_a_whole_read_and_the_last_commit_are_kept_per_version(tmp_path):
     """The views sharing a state read its tables whole at one version, and every view asks
-    its answer table's last commit several times a batch: each is read once per version.
-    A new commit, a table recreated in place, or one removed is read again."""
+    its answer table's last commit and its state tables' row counts several times a batch:
+    each is read once per version.  A new commit, a table recreated in place, or one
+    removed is read again."""
     path = _table(tmp_path)
     store = DeltaStore()
     first = store.read(path)
     assert store.read(path) is first  # the same version: kept
     assert store.last_commit(path)["version"] == 1
+    counted: list[str] = []
+    live_rows = store._live_rows
+    store._live_rows = lambda p, b, a=None: counted.append(str(p)) or live_rows(p, b, a)
+    assert store.row_count(path) == store.row_count(path) == 4 and len(counted) == 1
     store.write(path, pa.table({BUCKET: pa.array([3], pa.int32()), "k": [5], "v": ["e"]}),
                 mode="append", batch=2, partition_by=[BUCKET])
     again = store.read(path)
     assert again is not first and sorted(again["k"].to_pylist()) == [1, 2, 3, 4, 5]
     assert store.last_commit(path)["version"] == 2
+    assert store.row_count(path) == 5 and store.row_count(path, [3]) == 1 and len(counted) == 3
     assert store.read(path, buckets=[1]).num_rows == 2  # a part of it is read, not kept
     # Recreated with as many versions (another writer, the directory replaced): read afresh.
     shutil.rmtree(path)
@@ -125,6 +131,7 @@ def test_a_whole_read_and_the_last_commit_are_kept_per_version(tmp_path):
                     partition_by=[BUCKET], metadata={"written": f"again {batch}"})
     assert sorted(store.read(path)["k"].to_pylist()) == [10, 11, 12]
     assert store.last_commit(path)["written"] == "again 2"
+    assert store.row_count(path) == 3
     shutil.rmtree(path)
     assert store.last_commit(path) == {}
 
