@@ -11,9 +11,10 @@ same*:
 * The SQL is the one the compiler wrote for Spark, transpiled by sqlglot.  Only a small set of
   constructs is accepted (columns, literals, arithmetic, comparisons, CASE, COALESCE, numeric
   casts, SUM/COUNT/MIN/MAX/AVG/VAR_POP, joins, grouping, ordering, a remainder, the parts
-  of a date or time and its truncations in UTC); anything else (a string function, a cast
-  to text) raises :class:`~incr.runtime.engine.NotLocal` naming it, and the step runs in
-  Spark, whose semantics the rest of the system is built on.
+  of a date or time and its truncations in UTC, the case, length and substrings of ASCII
+  text); anything else (another string function, a cast to text) raises
+  :class:`~incr.runtime.engine.NotLocal` naming it, and the step runs in Spark, whose
+  semantics the rest of the system is built on.
 * ``_bucket`` is Spark's ``pmod(xxhash64(θ), n)``; it is computed by
   :mod:`incr.runtime.sparkhash`, bit for bit, after the query.
 * The result is cast to the schema Spark gave the same table (the state table, or the
@@ -55,6 +56,8 @@ from incr.runtime.sparktypes import (
 if TYPE_CHECKING:
     from incr.runtime.store import DeltaStore, Snapshot
 
+#: The string functions the driver computes, of ASCII text only (:func:`_ascii_text`).
+_TEXT = (exp.Upper, exp.Lower, exp.Length, exp.Substring)
 _ALLOWED = (
     exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
     exp.Join, exp.Subquery, exp.Table, exp.TableAlias, exp.Alias, exp.Column, exp.Identifier,
@@ -70,6 +73,7 @@ _ALLOWED = (
     *DATE_PART_NODES,
     exp.Mod,  # by a non-zero number, or written try_mod (see _remainders)
     exp.TimestampTrunc,  # date_trunc to the units both engines truncate to alike
+    *_TEXT,
 )
 #: Spark's units of ``date_trunc`` and DuckDB's name for each; weeks start on Monday in both.
 _TRUNCATED = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter",
@@ -156,6 +160,12 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
         if isinstance(node, exp.Mod) and not nonzero_number(node.expression):
             return (f"it uses {node.sql(dialect='spark')[:60]}, which Spark fails on a zero "
                     f"divisor (try_mod is NULL there, as DuckDB's %)")
+        if isinstance(node, exp.Substring) and not _counted_alike(node):
+            return (f"it uses {node.sql(dialect='spark')[:60]}, from a position or of a length "
+                    f"Spark counts otherwise")
+        if isinstance(node, _TEXT) and isinstance(node.this, exp.Literal) \
+                and not node.this.name.isascii():
+            return f"it uses {node.sql(dialect='spark')[:60]} of text beyond ASCII"
         if isinstance(node, exp.TimestampTrunc) and _truncation(node) is None:
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
         if not isinstance(node, _ALLOWED):
@@ -167,7 +177,7 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
     tree = _fast_decimal_casts(tree.transform(_strict_casts).transform(_truncating_casts)
                                .transform(_date_parts).transform(_remainders)
-                               .transform(_truncations))
+                               .transform(_truncations).transform(_ascii_text))
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
@@ -235,6 +245,41 @@ def _truncations(node: exp.Expr) -> exp.Expr:
         unit = _truncation(node)
         assert unit is not None, "refused before"
         return exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), node.this])
+    return node
+
+
+def _counted_alike(node: exp.Substring) -> bool:
+    """Whether both engines take the same characters for ``substr(s, start[, length])``: a
+    ``start`` of 1 or more and a ``length`` of 0 or more, written out.  (Spark reads a start
+    of 0 as 1 and a negative length as none; DuckDB counts both otherwise.)"""
+    start, length = node.args.get("start"), node.args.get("length")
+    return (_written_count(start) or 0) >= 1 and (length is None or _written_count(length) is not None)
+
+
+def _written_count(node: exp.Expr | None) -> int | None:
+    """The value of a non-negative integer literal (None: anything else)."""
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return int(node.name)
+    return None
+
+
+def _ascii_text(node: exp.Expr) -> exp.Expr:
+    """``upper``, ``lower``, ``length`` and ``substr`` of text only while it is ASCII.
+
+    There the engines agree character for character; beyond it they may not (Java's
+    ``'ß'.toUpperCase()`` is ``SS``, DuckDB's ``ẞ``).  A value beyond ASCII (more bytes than
+    characters) makes DuckDB raise, and the step runs in Spark.  Text these functions made
+    of ASCII is ASCII, so only the innermost argument is checked; a literal was checked
+    before.
+    """
+    if isinstance(node, _TEXT) and not isinstance(node.this, (exp.Literal, exp.Upper,
+                                                               exp.Lower, exp.Substring)):
+        text = node.this
+        beyond = exp.NEQ(this=exp.Anonymous(this="strlen", expressions=[text.copy()]),
+                         expression=exp.Anonymous(this="length", expressions=[text.copy()]))
+        refuse = exp.Anonymous(this="error", expressions=[
+            exp.Literal.string("text beyond ASCII: Spark decides its case and characters")])
+        node.set("this", exp.Case(ifs=[exp.If(this=beyond, true=refuse)], default=text))
     return node
 
 

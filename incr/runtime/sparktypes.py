@@ -17,8 +17,8 @@ Spark 4 applies under ANSI mode (``spark.sql.ansi.enabled``, as incr's sessions 
 * SUM is BIGINT, DOUBLE or DECIMAL(p+10, s); AVG DOUBLE or DECIMAL(p+4, s+4); COUNT BIGINT;
   MIN and MAX their input's type.
 
-Only that set is known.  Anything else (a string or date function, a window, a FLOAT beside
-an integer) raises :class:`~incr.runtime.engine.NotLocal` naming it, and the types are
+Only that set is known.  Anything else (most string and date functions, a window, a FLOAT
+beside an integer) raises :class:`~incr.runtime.engine.NotLocal` naming it, and the types are
 taken from Spark as before: a guess is never written into a table's schema.
 ``tests/runtime/test_sparktypes.py`` holds the rules against Spark's own answers.
 """
@@ -244,6 +244,10 @@ class SparkTypes:
             if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
                 raise NotLocal(f"it takes a date part of {t}, which Spark casts to a date first")
             return pa.int32()
+        if isinstance(node, (exp.Upper, exp.Lower, exp.Substring, exp.Length)):
+            if self._type(node.this, scope) != pa.string():
+                raise NotLocal(f"{node.key}() of what Spark casts to text first")
+            return pa.int32() if isinstance(node, exp.Length) else pa.string()
         if isinstance(node, exp.TimestampTrunc):  # date_trunc(unit, x): a TIMESTAMP in UTC
             t = self._type(node.this, scope)
             if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):

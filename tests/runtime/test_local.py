@@ -16,7 +16,7 @@ from incr.runtime.local import LocalSql, prepare
 PROGRAM = """-- incr: buckets = 8
 CREATE TABLE s (x BIGINT, y BIGINT, name VARCHAR, d DECIMAL(9,2));
 CREATE VIEW plain AS SELECT x, AVG(y) AS a, COUNT(*) AS n, SUM(d) AS total FROM s GROUP BY x;
-CREATE VIEW texty AS SELECT upper(name) AS u, COUNT(*) AS n FROM s GROUP BY upper(name);
+CREATE VIEW texty AS SELECT reverse(name) AS u, COUNT(*) AS n FROM s GROUP BY reverse(name);
 CREATE VIEW widened AS SELECT d * 2 AS dd, x + 1 AS x1, COUNT(*) AS n FROM s GROUP BY d * 2, x + 1;
 """
 
@@ -46,7 +46,7 @@ def test_prepare_takes_plain_aggregates_and_refuses_other_functions():
     prepared = prepare(_h_sql(compiled, "plain"))
     assert prepared is not None and prepared.bucket == ("_bucket", ("x",), 8)
     assert "xxhash64" not in prepared.sql.lower()
-    assert prepare(_h_sql(compiled, "texty")) is None  # upper(): Spark's semantics decide
+    assert prepare(_h_sql(compiled, "texty")) is None  # reverse(): Spark's semantics decide
     assert prepare("SELECT CAST(x AS STRING) AS s FROM batch") is None  # text formatting
     assert prepare("SELECT x FROM batch TABLESAMPLE (10 PERCENT)") is None
     assert prepare("SELECT pmod(xxhash64(x), 4) AS b FROM batch") is None  # not the bucket form
@@ -122,6 +122,37 @@ def test_date_parts_equal_spark_at_the_calendar_s_edges(spark):
     _driver_equals_spark(spark, clock, batch.set_column(
         3, "v", pa.array([i - 9 for i in range(len(rows))], pa.int64())))
     assert prepare(_h_sql(compiled, "odd_units")) is None  # a unit left to Spark
+
+
+TEXT = """-- incr: buckets = 4
+CREATE TABLE w (name VARCHAR, v BIGINT);
+CREATE VIEW words AS SELECT upper(name) AS u, lower(name) AS l, length(name) AS n,
+    substr(name, 2, 3) AS mid, substr(name, 3) AS tail, length(upper(substr(name, 1, 2))) AS n2,
+    SUM(v) AS s
+  FROM w GROUP BY upper(name), lower(name), length(name), substr(name, 2, 3), substr(name, 3),
+    length(upper(substr(name, 1, 2)));
+CREATE VIEW from_zero AS SELECT substr(name, 0, 2) AS p, COUNT(*) AS c FROM w
+  GROUP BY substr(name, 0, 2);
+"""
+
+
+def test_text_s_case_length_and_substrings_equal_spark_while_it_is_ascii(spark):
+    """A key like ``upper(name)`` or ``substr(zip, 1, 3)`` is computed on the driver, equal to
+    Spark's (buckets and types included) for ASCII text, empty text and NULL; text beyond
+    ASCII, where the engines' case rules differ (Java's ``'ß'.toUpperCase()`` is ``SS``),
+    sends the query to Spark, and so does a substring from position 0, which Spark reads
+    as 1."""
+    compiled = compile_text(TEXT, path="text.sql", name="text")
+    sql = _h_sql(compiled, "words")
+    names = ["Ann", "bob", "", None, "x", "Hello World", "a-b_c!", "ZZ top 9"]
+    batch = pa.table({"name": pa.array(names), "v": pa.array(range(len(names)), pa.int64()),
+                      "_row": pa.array(range(1, len(names) + 1), pa.int64())})
+    engine = _driver_equals_spark(spark, sql, batch)
+    beyond = batch.set_column(0, "name", pa.array(["straße", *names[1:]]))
+    spark.createDataFrame(beyond).createOrReplaceTempView("batch")
+    schema = spark.sql(sql.sql).toArrow().schema
+    assert engine.query(sql, {"batch": beyond}, schema) is None
+    assert prepare(_h_sql(compiled, "from_zero")) is None
 
 
 def test_query_gives_way_when_the_result_does_not_fit():
@@ -356,7 +387,7 @@ def test_a_new_process_reads_the_translations_an_earlier_one_kept(tmp_path, monk
 
     batch = pa.table({"x": pa.array([1, 1, 2], pa.int64()), "name": pa.array(["a", "b", "c"])})
     counted = "SELECT x, CAST(COUNT(*) AS INT) AS n FROM batch GROUP BY x ORDER BY x"
-    texty = "SELECT upper(name) AS x, 1 AS n FROM batch"
+    texty = "SELECT reverse(name) AS x, 1 AS n FROM batch"
     schema = pa.schema([("x", pa.int64()), ("n", pa.int64())])
     expected = pa.table({"x": [1, 2], "n": [2, 1]}, schema=schema)
     folder = tmp_path / "sql"

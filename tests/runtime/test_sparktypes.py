@@ -70,6 +70,8 @@ KNOWN = [
     "hour(at)", "minute(at)", "second(at)", "hour(day)",
     "date_trunc('MONTH', at)", "date_trunc('HOUR', at)", "date_trunc('WEEK', day)",
     "try_mod(i64, i32)", "try_mod(f64, i8)", "try_mod(i8, i16)", "i32 % 7",
+    # the case, length and substrings of text
+    "upper(s)", "lower(s)", "length(s)", "substr(s, 2, 3)", "substring(s, 1)",
 ]
 AGGREGATES = [
     "count(*)", "count(DISTINCT s)", "sum(i8)", "sum(i64)", "sum(f32)", "sum(d)", "sum(fine)",
@@ -119,7 +121,8 @@ def test_relations_star_subqueries_joins_unions_and_lateral_views(spark):
 
 @pytest.mark.parametrize("sql", [
     "SELECT rank() OVER (ORDER BY i32) AS r FROM t",  # a window
-    "SELECT upper(s) AS u FROM t",  # a string function
+    "SELECT reverse(s) AS u FROM t",  # a string function
+    "SELECT upper(i32) AS u FROM t",  # of a number: Spark casts it to text first
     "SELECT year(s) AS y FROM t",  # a date part of text: Spark casts it to a date first
     "SELECT CAST(at AS TIMESTAMP) AS z FROM t",  # a time zone
     "SELECT a.i32 FROM t AS a JOIN t AS b USING (i32)",  # merged columns

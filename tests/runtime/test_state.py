@@ -78,7 +78,7 @@ def test_side_tables_compact_by_their_own_bucket_count(spark, tmp_path):
 def test_each_batch_and_view_logs_engine_rows_state_and_seconds(spark, tmp_path, caplog):
     program = """CREATE TABLE e (k VARCHAR, v BIGINT);
 CREATE VIEW plain AS SELECT k, SUM(v) AS s FROM e GROUP BY k;
-CREATE VIEW texty AS SELECT upper(k) AS uk, COUNT(*) AS n FROM e GROUP BY upper(k);
+CREATE VIEW texty AS SELECT reverse(k) AS uk, COUNT(*) AS n FROM e GROUP BY reverse(k);
 """
     compiled = compile_text(program, path="logs.sql", name="logs")
     landing = tmp_path / "landing"
@@ -93,8 +93,8 @@ CREATE VIEW texty AS SELECT upper(k) AS uk, COUNT(*) AS n FROM e GROUP BY upper(
                            r"rows touched, [\d.]+ s \(h [\d.]+, merge [\d.]+, answer [\d.]+\)")
     engines = {m.group(1): m.group(2) for line in lines if (m := per_batch.fullmatch(line))}
     assert engines == {"plain": "driver", "texty": "spark"}, lines
-    # The fall back says why: upper() is outside the driver-side set.
-    assert any(re.search(r"fold batch 1 of e into view texty: back to Spark, .*it uses UPPER", line)
+    # The fall back says why: reverse() is outside the driver-side set.
+    assert any(re.search(r"fold batch 1 of e into view texty: back to Spark, .*it uses REVERSE", line)
                for line in lines), lines
 
 
