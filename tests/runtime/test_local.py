@@ -131,8 +131,6 @@ CREATE VIEW words AS SELECT upper(name) AS u, lower(name) AS l, length(name) AS 
     SUM(v) AS s
   FROM w GROUP BY upper(name), lower(name), length(name), substr(name, 2, 3), substr(name, 3),
     length(upper(substr(name, 1, 2)));
-CREATE VIEW from_zero AS SELECT substr(name, 0, 2) AS p, COUNT(*) AS c FROM w
-  GROUP BY substr(name, 0, 2);
 """
 
 
@@ -152,7 +150,8 @@ def test_text_s_case_length_and_substrings_equal_spark_while_it_is_ascii(spark):
     spark.createDataFrame(beyond).createOrReplaceTempView("batch")
     schema = spark.sql(sql.sql).toArrow().schema
     assert engine.query(sql, {"batch": beyond}, schema) is None
-    assert prepare(_h_sql(compiled, "from_zero")) is None
+    # (the compiler refuses such a view; the driver refuses such SQL all the same)
+    assert prepare("SELECT substring(name, 0, 2) AS p FROM batch") is None
 
 
 def test_query_gives_way_when_the_result_does_not_fit():

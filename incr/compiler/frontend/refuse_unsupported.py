@@ -67,12 +67,46 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
             raise scope.refuse(f"non-deterministic function {func_name(node).upper()}()",
                                "its value changes between batches, so no maintained "
                                "answer could equal a recompute", node)
+        if isinstance(node, exp.Trunc) and isinstance(node.args.get("decimals"), exp.Literal) \
+                and node.args["decimals"].is_string:
+            raise scope.error(f"{node.sql(dialect=CANONICAL_DIALECT)} truncates a number to "
+                              f"decimals, not a date to a unit: write date_trunc('unit', x)", node)
+        if isinstance(node, exp.Substring):
+            _check_substring(scope, node)
         if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
             raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
                                "CASE inside the aggregate or into WHERE", node)
         if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Grouping) \
                 and not window_function(node):
             agg_call(scope, node)  # raises for unsupported aggregates
+
+
+def _check_substring(scope: Scope, node: exp.Substring) -> None:
+    """Refuses a substring the two engines take otherwise (a start or a length written out).
+
+    DuckDB (the program's dialect) reads a start of 0 as the place before the first
+    character and a negative length as counting back, Spark the first character and none
+    at all (``substr('abc', 0, 2)`` is ``a`` in one, ``ab`` in the other).
+    """
+    start, length = _written_int(node.args.get("start")), _written_int(node.args.get("length"))
+    if start == 0 and node.args.get("length") is not None:
+        raise scope.refuse("substr from position 0", "DuckDB and Spark take different "
+                           "characters there; count positions from 1", node)
+    if length is not None and length < 0:
+        raise scope.refuse("substr of a negative length", "DuckDB counts back from the "
+                           "start, Spark takes nothing; give the start and a length of 0 "
+                           "or more", node)
+
+
+def _written_int(node: exp.Expr | None) -> int | None:
+    """The value of an integer literal as written (``-2`` too), else None."""
+    sign = 1
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return sign * int(node.name)
+    return None
 
 
 def _check_window_place(scope: Scope, window: exp.Window) -> None:
