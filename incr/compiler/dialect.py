@@ -74,6 +74,20 @@ def q(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def integer_literal(node: exp.Expr | None) -> int | None:
+    """The value of an integer written out, else None.
+
+    ``-5`` and ``(7)`` count too: Spark reads them as one literal.
+    """
+    sign = 1
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return sign * int(node.name)
+    return None
+
+
 def nonzero_number(node: exp.Expr) -> bool:
     """Whether ``node`` is a number written out other than zero: a divisor no row can make 0.
 

@@ -39,7 +39,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
-from incr.compiler.dialect import Bucket, Query, nonzero_number
+from incr.compiler.dialect import Bucket, Query, integer_literal, nonzero_number
 from incr.errors import StorageError
 from incr.runtime import sparkhash
 from incr.runtime.diskcache import DiskCache
@@ -252,15 +252,10 @@ def _counted_alike(node: exp.Substring) -> bool:
     """Whether both engines take the same characters for ``substr(s, start[, length])``: a
     ``start`` of 1 or more and a ``length`` of 0 or more, written out.  (Spark reads a start
     of 0 as 1 and a negative length as none; DuckDB counts both otherwise.)"""
-    start, length = node.args.get("start"), node.args.get("length")
-    return (_written_count(start) or 0) >= 1 and (length is None or _written_count(length) is not None)
-
-
-def _written_count(node: exp.Expr | None) -> int | None:
-    """The value of a non-negative integer literal (None: anything else)."""
-    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
-        return int(node.name)
-    return None
+    start, length = integer_literal(node.args.get("start")), node.args.get("length")
+    counted = None if length is None else integer_literal(length)
+    return (start is not None and start >= 1
+            and (length is None or (counted is not None and counted >= 0)))
 
 
 def _ascii_text(node: exp.Expr) -> exp.Expr:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from incr.compiler.dialect import integer_literal
 from incr.runtime.engine import DRIVER, NotLocal, per_engine
 
 MAX_PRECISION = 38
@@ -331,23 +332,12 @@ def _literal(node: exp.Literal) -> pa.DataType:
     return pa.decimal128(precision, len(fraction))
 
 
-def _integer_literal(node: exp.Expr) -> int | None:
-    """The value of an integer literal (``-5`` too, which Spark reads as one literal)."""
-    sign = 1
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        sign = -sign if isinstance(node, exp.Neg) else sign
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
-        return sign * int(node.this)
-    return None
-
-
 def _decimal_of(t: pa.DataType, node: exp.Expr) -> tuple[int, int]:
     """(precision, scale) of one side of DECIMAL arithmetic: an integer literal counts its
     own digits (Spark's ``literalPickMinimumPrecision``), an integer type those of its range."""
     if pa.types.is_decimal(t):
         return t.precision, t.scale
-    literal = _integer_literal(node)
+    literal = integer_literal(node)
     if literal is not None:
         return max(len(str(abs(literal))), 1), 0
     return _AS_DECIMAL[t]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from incr.compiler.dialect import integer_literal
 from incr.compiler.frontend.query import Query, Scope
 from incr.compiler.frontend.trees import contains_aggregate, func_name, window_function
 from incr.compiler.ir import AggCall
@@ -88,7 +89,7 @@ def _check_substring(scope: Scope, node: exp.Substring) -> None:
     character and a negative length as counting back, Spark the first character and none
     at all (``substr('abc', 0, 2)`` is ``a`` in one, ``ab`` in the other).
     """
-    start, length = _written_int(node.args.get("start")), _written_int(node.args.get("length"))
+    start, length = integer_literal(node.args.get("start")), integer_literal(node.args.get("length"))
     if start == 0 and node.args.get("length") is not None:
         raise scope.refuse("substr from position 0", "DuckDB and Spark take different "
                            "characters there; count positions from 1", node)
@@ -96,17 +97,6 @@ def _check_substring(scope: Scope, node: exp.Substring) -> None:
         raise scope.refuse("substr of a negative length", "DuckDB counts back from the "
                            "start, Spark takes nothing; give the start and a length of 0 "
                            "or more", node)
-
-
-def _written_int(node: exp.Expr | None) -> int | None:
-    """The value of an integer literal as written (``-2`` too), else None."""
-    sign = 1
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        sign = -sign if isinstance(node, exp.Neg) else sign
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
-        return sign * int(node.name)
-    return None
 
 
 def _check_window_place(scope: Scope, window: exp.Window) -> None:
