@@ -40,7 +40,10 @@ before the state it is computed from changes.
 
 from __future__ import annotations
 
+import functools
 import time
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -66,7 +69,7 @@ from incr.compiler.sqlgen import (
     render_touched_keys,
     render_values,
 )
-from incr.runtime import faults
+from incr.runtime import faults, parallel
 from incr.runtime.engine import DRIVER, Engine, per_engine
 from incr.runtime.landing import DELETE
 from incr.runtime.session import SparkEngine
@@ -326,24 +329,53 @@ class Fold:
         rows = delta.view if delta.plain else self._view(f"rows_{stage.name}_None",
                                                          render_explode(delta.view, None))
         specs = {s.table: s for s in (stage.diminish if sign < 0 else stage.merge)}
-        for table in pending:
+
+        def merge(table: StateTable, h: pa.Table) -> tuple[int, float]:
+            """The MERGE of ``h`` into ``table``: the rows it merged, and its seconds."""
             faults.crash_point("view.before_merge", batch)
-            t0 = time.perf_counter()
-            if sign > 0 and isinstance(self.engine, SparkEngine) and self.state.is_empty(table.name):
-                # The initial load: h(ΔS) is the state, written by Spark's executors (no
-                # collect).  Its groups are not noted: the first answer is rewritten anyway.
-                n = self.state.append_from_spark(self.engine, table,
-                                                 self.plan.h_query(table.name, rows), batch)
-                self._record(table.name, n, 0.0, time.perf_counter() - t0, n)
-                faults.crash_point("view.after_merge", batch)
-                continue
-            h = self._collect(self.plan.h_query(table.name, rows), table.name)
             t1 = time.perf_counter()
-            self._note_touched(stage, table, h)
             touched = self.state.merge(table, specs[table.name], h, batch,
                                        DELETE if sign < 0 else INSERT)
-            self._record(table.name, h.num_rows, t1 - t0, time.perf_counter() - t1, touched)
             faults.crash_point("view.after_merge", batch)
+            return touched, time.perf_counter() - t1
+
+        # On the driver, each table's MERGE starts as soon as its h(Δ) is computed and runs
+        # beside the next table's h(Δ) and MERGE: each is a Delta transaction on files of its
+        # own, which delta-rs runs with the GIL released.  At most one MERGE per thread is
+        # under way, so no more h(Δ) than that are held at once.  With Spark, h(Δ) may be
+        # large: one table's at a time.
+        side_by_side = not isinstance(self.engine, SparkEngine)
+        started: list[tuple[StateTable, int, float]] = []
+        merges: list[Future[tuple[int, float]]] = []
+        try:
+            for table in pending:
+                t0 = time.perf_counter()
+                if sign > 0 and isinstance(self.engine, SparkEngine) and self.state.is_empty(table.name):
+                    # The initial load: h(ΔS) is the state, written by Spark's executors (no
+                    # collect).  Its groups are not noted: the first answer is rewritten anyway.
+                    faults.crash_point("view.before_merge", batch)
+                    n = self.state.append_from_spark(self.engine, table,
+                                                     self.plan.h_query(table.name, rows), batch)
+                    self._record(table.name, n, 0.0, time.perf_counter() - t0, n)
+                    faults.crash_point("view.after_merge", batch)
+                    continue
+                h = self._collect(self.plan.h_query(table.name, rows), table.name)
+                self._note_touched(stage, table, h)
+                h_s = time.perf_counter() - t0
+                if side_by_side:
+                    futures.wait(merges[:max(0, len(merges) + 1 - parallel.threads())])
+                    started.append((table, h.num_rows, h_s))
+                    merges.append(parallel.start(functools.partial(merge, table, h)))
+                else:
+                    touched, merge_s = merge(table, h)
+                    self._record(table.name, h.num_rows, h_s, merge_s, touched)
+                del h  # its MERGE holds it while it runs, and no longer
+        except BaseException:
+            futures.wait(merges)  # none goes on writing once the fold has failed
+            raise
+        for (table, h_rows, h_s), (touched, merge_s) in zip(started, parallel.wait(merges),
+                                                             strict=True):
+            self._record(table.name, h_rows, h_s, merge_s, touched)
 
     @per_engine("⊗/⊗̃ as MERGE and as a query", "query")
     def _combine_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,

@@ -3,9 +3,12 @@
 A batch on the driver searches and writes tens of files (a table's files by key, one new
 file per bucket), and pyarrow, numpy and delta-rs do most of that with the GIL released,
 so on a machine of two cores the files of one search or one write go about twice as fast
-side by side.  Two uses:
+side by side.  Three uses:
 
 - :func:`each`: the same work over independent items (files), results in order;
+- :func:`start` and :func:`wait`: pieces of work started one by one as the caller makes
+  them (a MERGE per state table, each as soon as its rows are computed), waited for
+  together;
 - :func:`later`: one piece of work a caller need not wait for until a later point (a
   batch's row index, which no fold reads), while it goes on.
 
@@ -16,6 +19,7 @@ on the caller's thread).  Work run by :func:`each` on a pool thread runs its own
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -67,17 +71,34 @@ def each(work: Callable[[T], R], items: Sequence[T]) -> list[R]:
 
     The first exception raised is raised here, once every item has finished or failed.
     """
-    count = threads()
-    if len(items) < 2 or count < 2 or getattr(_inside, "active", False):
+    if len(items) < 2 or threads() < 2 or getattr(_inside, "active", False):
         return [work(item) for item in items]
+    return wait([start(functools.partial(work, item)) for item in items])
 
-    def run(item: T) -> R:
+
+def start(work: Callable[[], R]) -> Future[R]:
+    """Starts ``work`` on one of :func:`each`'s threads while the caller goes on; the caller
+    must :func:`wait` for it.
+
+    On the caller's thread, before this returns, when there is one thread or the caller is
+    itself a pool thread (a pool never waits on itself); what it raises is raised here then.
+    """
+    count = threads()
+    if count < 2 or getattr(_inside, "active", False):
+        return done(work())
+
+    def run() -> R:
         _inside.active = True
         try:
-            return work(item)
+            return work()
         finally:
             _inside.active = False
-    futures = [_pool("each", count).submit(run, item) for item in items]
+    return _pool("each", count).submit(run)
+
+
+def wait(futures: Sequence[Future[R]]) -> list[R]:
+    """The results of ``futures`` (from :func:`start`), in order, once every one has
+    finished or failed; the first exception raised is raised here."""
     errors = [f.exception() for f in futures]
     for error in errors:
         if error is not None:

@@ -57,6 +57,59 @@ def test_each_inside_each_runs_inline(monkeypatch):
     assert parallel.each(outer, [1, 2, 3, 4]) == [[i * 10 + j for j in range(3)] for i in (1, 2, 3, 4)]
 
 
+def test_start_runs_beside_the_caller_and_wait_gives_the_results_in_order(monkeypatch):
+    monkeypatch.setenv("INCR_DRIVER_THREADS", "2")
+    go = threading.Event()
+    first = parallel.start(lambda: go.wait(10) and "first")
+    second = parallel.start(lambda: "second")
+    assert not first.done()  # the caller went on, and so did the second piece
+    assert second.result(10) == "second"
+    go.set()
+    assert parallel.wait([first, second]) == ["first", "second"]
+
+
+def test_wait_raises_the_first_failure_once_every_piece_ended(monkeypatch):
+    monkeypatch.setenv("INCR_DRIVER_THREADS", "2")
+    go = threading.Event()
+    ended: list[str] = []
+
+    def slow() -> None:
+        go.wait(10)
+        time.sleep(0.05)
+        ended.append("slow")
+
+    def fail() -> None:
+        go.set()
+        raise ValueError("the MERGE failed")
+    futures = [parallel.start(slow), parallel.start(fail)]
+    with pytest.raises(ValueError, match="the MERGE failed"):
+        parallel.wait(futures)
+    assert ended == ["slow"]
+
+
+def test_start_on_one_thread_runs_at_once_and_raises_there(monkeypatch):
+    monkeypatch.setenv("INCR_DRIVER_THREADS", "1")
+    ran: list[str] = []
+    future = parallel.start(lambda: ran.append(threading.current_thread().name) or 3)
+    assert future.done() and ran == [threading.current_thread().name]
+    assert parallel.wait([future]) == [3]
+
+    def fail() -> None:
+        raise RuntimeError("the MERGE failed")
+    with pytest.raises(RuntimeError, match="the MERGE failed"):
+        parallel.start(fail)
+
+
+def test_start_on_a_pool_thread_runs_inline(monkeypatch):
+    """A piece started from a pool thread and waited for there could wait for ever."""
+    monkeypatch.setenv("INCR_DRIVER_THREADS", "2")
+
+    def outer(i: int) -> list[int]:
+        return parallel.wait([parallel.start(lambda j=j: i * 10 + j) for j in range(3)])
+
+    assert parallel.each(outer, [1, 2, 3, 4]) == [[i * 10 + j for j in range(3)] for i in (1, 2, 3, 4)]
+
+
 def test_later_runs_beside_the_caller_and_gives_its_result_or_error(monkeypatch):
     monkeypatch.setenv("INCR_DRIVER_THREADS", "2")
     go = threading.Event()

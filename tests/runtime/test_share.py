@@ -157,6 +157,56 @@ def test_views_sharing_a_state_read_its_touched_groups_once(spark, dirs, monkeyp
     assert len(reads) == 1, reads  # one view read the state table; the other did not
 
 
+def test_the_tables_of_a_shared_state_are_merged_side_by_side(spark, dirs, monkeypatch):
+    """On the driver each state table's MERGE starts once its h(Δ) is computed and runs
+    beside the others; a MERGE that fails is raised once the others have ended, and the
+    next run folds what the failed one left."""
+    from incr.runtime.state import ViewState
+
+    monkeypatch.setenv("INCR_DRIVER_THREADS", "2")
+    landing, warehouse = dirs
+    compiled = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
+    merge = ViewState.merge
+    # Only passes when two MERGEs of one batch run at the same time (a BrokenBarrierError
+    # fails the run after the timeout if they run one after the other).
+    meet = threading.Barrier(2, timeout=20)
+    events: list[tuple[str, str]] = []
+    failing: set[str] = set()
+
+    def spied(self, table, spec, rows, batch, kind):
+        if table.name != "main":
+            meet.wait()  # the first two bags of each batch (main is alone before them)
+        if table.name in failing:
+            events.append(("failed", table.name))
+            raise StorageError(f"{table.name}: the disk is full")
+        try:
+            return merge(self, table, spec, rows, batch, kind)
+        finally:
+            events.append(("merged", table.name))
+
+    monkeypatch.setattr(ViewState, "merge", spied)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
+    bags = sorted(t.name for t in compiled.plans[0].top.main_tables if t.name != "main")
+    assert len(bags) == 2, bags
+    for seq in range(2):
+        _land(landing, seq)
+        pipeline.run()
+        _check(warehouse, compiled, seq)
+    assert {name for _, name in events} == {"main", *bags}
+
+    events.clear()
+    failing.add(bags[0])
+    _land(landing, 2)
+    with pytest.raises(StorageError, match="the disk is full"):
+        pipeline.run()
+    # The failure was raised once every MERGE of the step had ended.
+    assert sorted(events) == sorted([("merged", "main"), ("failed", bags[0]), ("merged", bags[1])])
+    failing.clear()
+    meet = threading.Barrier(1)  # the next run merges only the table left behind
+    pipeline.run()
+    _check(warehouse, compiled, 2)
+
+
 def test_per_view_tasks_fold_the_shared_state_once(spark, dirs):
     """Airflow's view tasks: each view applies under its shared state's lock, in its own
     process; the second finds the batch folded and only publishes."""
