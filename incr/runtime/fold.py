@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -108,6 +109,63 @@ class _Delta:
     view: str
     sign: int
     plain: bool = False
+
+
+class _Writes:
+    """The writes of a stage's state tables in one fold.  On the driver each starts as soon
+    as its rows are computed and runs beside the next table's rows and write: each is a
+    Delta transaction on files of its own, which delta-rs and pyarrow run with the GIL
+    released.  The last runs on the caller's thread, which has nothing else to do, so a
+    stage of one table writes as before (its files spread over the driver's threads).  With
+    Spark, whose rows may be large, each runs as it is added.
+
+    At most one write per driver thread (:func:`~incr.runtime.parallel.threads`) is under
+    way beside the caller, so no more tables' rows than that are held at once.  Used as a
+    context manager: a failure, in a write or while the next rows are computed, is raised
+    once every write started has ended; the next run folds the tables the batch did not
+    reach, as after a crash between two of them.
+    """
+
+    def __init__(self, fold: Fold, batch: int, count: int) -> None:
+        self._fold = fold
+        self._batch = batch
+        self._left = count if not isinstance(fold.engine, SparkEngine) else 0
+        #: Per write started beside the caller: its table, the rows of h(Δ) and their
+        #: seconds, and its future.
+        self._started: list[tuple[StateTable, int, float, Future[tuple[int, float]]]] = []
+
+    def __enter__(self) -> _Writes:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            futures.wait([f for *_, f in self._started])  # none goes on once the fold failed
+
+    def add(self, table: StateTable, rows: int, h_s: float, write: Callable[[], int]) -> None:
+        """Starts ``write`` of ``table`` (it returns the rows it folded), whose ``rows`` rows
+        took ``h_s`` seconds to compute."""
+        batch = self._batch
+
+        def timed() -> tuple[int, float]:
+            faults.crash_point("view.before_merge", batch)
+            t0 = time.perf_counter()
+            touched = write()
+            faults.crash_point("view.after_merge", batch)
+            return touched, time.perf_counter() - t0
+        self._left -= 1
+        if self._left <= 0:
+            touched, merge_s = timed()
+            self._fold._record(table.name, rows, h_s, merge_s, touched)
+            return
+        running = [f for *_, f in self._started]
+        futures.wait(running[:max(0, len(running) + 1 - parallel.threads())])
+        self._started.append((table, rows, h_s, parallel.start(timed)))
+
+    def finish(self) -> None:
+        """Waits for every write started, and records each."""
+        done = parallel.wait([f for *_, f in self._started])
+        for (table, rows, h_s, _), (touched, merge_s) in zip(self._started, done, strict=True):
+            self._fold._record(table.name, rows, h_s, merge_s, touched)
 
 
 class Fold:
@@ -329,25 +387,7 @@ class Fold:
         rows = delta.view if delta.plain else self._view(f"rows_{stage.name}_None",
                                                          render_explode(delta.view, None))
         specs = {s.table: s for s in (stage.diminish if sign < 0 else stage.merge)}
-
-        def merge(table: StateTable, h: pa.Table) -> tuple[int, float]:
-            """The MERGE of ``h`` into ``table``: the rows it merged, and its seconds."""
-            faults.crash_point("view.before_merge", batch)
-            t1 = time.perf_counter()
-            touched = self.state.merge(table, specs[table.name], h, batch,
-                                       DELETE if sign < 0 else INSERT)
-            faults.crash_point("view.after_merge", batch)
-            return touched, time.perf_counter() - t1
-
-        # On the driver, each table's MERGE starts as soon as its h(Δ) is computed and runs
-        # beside the next table's h(Δ) and MERGE: each is a Delta transaction on files of its
-        # own, which delta-rs runs with the GIL released.  At most one MERGE per thread is
-        # under way, so no more h(Δ) than that are held at once.  With Spark, h(Δ) may be
-        # large: one table's at a time.
-        side_by_side = not isinstance(self.engine, SparkEngine)
-        started: list[tuple[StateTable, int, float]] = []
-        merges: list[Future[tuple[int, float]]] = []
-        try:
+        with _Writes(self, batch, len(pending)) as writes:
             for table in pending:
                 t0 = time.perf_counter()
                 if sign > 0 and isinstance(self.engine, SparkEngine) and self.state.is_empty(table.name):
@@ -361,21 +401,11 @@ class Fold:
                     continue
                 h = self._collect(self.plan.h_query(table.name, rows), table.name)
                 self._note_touched(stage, table, h)
-                h_s = time.perf_counter() - t0
-                if side_by_side:
-                    futures.wait(merges[:max(0, len(merges) + 1 - parallel.threads())])
-                    started.append((table, h.num_rows, h_s))
-                    merges.append(parallel.start(functools.partial(merge, table, h)))
-                else:
-                    touched, merge_s = merge(table, h)
-                    self._record(table.name, h.num_rows, h_s, merge_s, touched)
+                writes.add(table, h.num_rows, time.perf_counter() - t0, functools.partial(
+                    self.state.merge, table, specs[table.name], h, batch,
+                    DELETE if sign < 0 else INSERT))
                 del h  # its MERGE holds it while it runs, and no longer
-        except BaseException:
-            futures.wait(merges)  # none goes on writing once the fold has failed
-            raise
-        for (table, h_rows, h_s), (touched, merge_s) in zip(started, parallel.wait(merges),
-                                                             strict=True):
-            self._record(table.name, h_rows, h_s, merge_s, touched)
+            writes.finish()
 
     @per_engine("⊗/⊗̃ as MERGE and as a query", "query")
     def _combine_merge(self, stage: StagePlan, pending: list[StateTable], delta: _Delta,
@@ -420,23 +450,27 @@ class Fold:
         elif outbox:
             self._write_outbox(stage, render_output_change(stage, old_views, new_views), batch)
         replaces = {s.table: s for s in stage.replace}
-        for table in pending:
-            faults.crash_point("view.before_merge", batch)
-            t1 = time.perf_counter()
-            rows = self._collect(render_all(changed[table.name]), table.name)
-            live = self._live(table, rows) if self.state.vectors(table) else None
-            t2 = time.perf_counter()
-            self._note_touched(stage, table, rows)
-            if live is not None:
-                touched = self.state.replace_by_vectors(table, rows, live, batch)
+        noted: list[tuple[str, pa.Table]] = []
+        with _Writes(self, batch, len(pending)) as writes:
+            for table in pending:
+                t1 = time.perf_counter()
+                rows = self._collect(render_all(changed[table.name]), table.name)
+                live = self._live(table, rows) if self.state.vectors(table) else None
+                self._note_touched(stage, table, rows)
+                h_s = time.perf_counter() - t1
+                if live is None:
+                    writes.add(table, rows.num_rows, h_s, functools.partial(
+                        self.state.merge, table, replaces[table.name], rows, batch, REPLACED))
+                    continue
+                writes.add(table, rows.num_rows, h_s, functools.partial(
+                    self.state.replace_by_vectors, table, rows, live, batch))
                 if stage is self.plan.top and table.key_columns == tuple(k.name for k in table.keys):
                     # every row of a touched group is a changed one (no bag): the answer's
                     # rows of those groups come from these, not from reading the state again
-                    self.state.note_rows(batch, table.name, live)
-            else:
-                touched = self.state.merge(table, replaces[table.name], rows, batch, REPLACED)
-            self._record(table.name, rows.num_rows, t2 - t1, time.perf_counter() - t2, touched)
-            faults.crash_point("view.after_merge", batch)
+                    noted.append((table.name, live))
+            writes.finish()
+        for name, live in noted:  # once they are the state's
+            self.state.note_rows(batch, name, live)
 
     def _append_side(self, table: StateTable, change: str, batch: int) -> None:
         """⊗± of an all-insert change into a large side table: h(Δ) appended as rows of

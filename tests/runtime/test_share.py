@@ -157,38 +157,42 @@ def test_views_sharing_a_state_read_its_touched_groups_once(spark, dirs, monkeyp
     assert len(reads) == 1, reads  # one view read the state table; the other did not
 
 
-def test_the_tables_of_a_shared_state_are_merged_side_by_side(spark, dirs, monkeypatch):
-    """On the driver each state table's MERGE starts once its h(Δ) is computed and runs
-    beside the others; a MERGE that fails is raised once the others have ended, and the
-    next run folds what the failed one left."""
+@pytest.mark.parametrize("write", ["merge", "replace_by_vectors"])
+def test_the_tables_of_a_shared_state_are_written_side_by_side(spark, dirs, monkeypatch, write):
+    """On the driver each state table's write (a MERGE of h(Δ), or the touched groups'
+    new rows by deletion vectors) starts once its rows are computed and runs beside the
+    others; a write that fails is raised once the others have ended, and the next run folds
+    what the failed one left."""
     from incr.runtime.state import ViewState
 
     monkeypatch.setenv("INCR_DRIVER_THREADS", "2")
     landing, warehouse = dirs
     compiled = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
-    merge = ViewState.merge
-    # Only passes when two MERGEs of one batch run at the same time (a BrokenBarrierError
+    # state_vector_rows 0: every table with rows takes its batches by deletion vectors
+    config = Settings(state_vector_rows=0 if write == "replace_by_vectors" else 1_000_000)
+    merge = getattr(ViewState, write)
+    # Only passes when two writes of one batch run at the same time (a BrokenBarrierError
     # fails the run after the timeout if they run one after the other).
     meet = threading.Barrier(2, timeout=20)
     events: list[tuple[str, str]] = []
     failing: set[str] = set()
 
-    def spied(self, table, spec, rows, batch, kind):
+    def spied(self, table, *args):
         if table.name != "main":
-            meet.wait()  # the first two bags of each batch (main is alone before them)
+            meet.wait()  # the two bags of each batch
         if table.name in failing:
             events.append(("failed", table.name))
             raise StorageError(f"{table.name}: the disk is full")
         try:
-            return merge(self, table, spec, rows, batch, kind)
+            return merge(self, table, *args)
         finally:
             events.append(("merged", table.name))
 
-    monkeypatch.setattr(ViewState, "merge", spied)
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
+    monkeypatch.setattr(ViewState, write, spied)
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000, config=config)
     bags = sorted(t.name for t in compiled.plans[0].top.main_tables if t.name != "main")
     assert len(bags) == 2, bags
-    for seq in range(2):
+    for seq in range(2):  # the first batch is appended to the empty tables: no vectors
         _land(landing, seq)
         pipeline.run()
         _check(warehouse, compiled, seq)
@@ -199,10 +203,10 @@ def test_the_tables_of_a_shared_state_are_merged_side_by_side(spark, dirs, monke
     _land(landing, 2)
     with pytest.raises(StorageError, match="the disk is full"):
         pipeline.run()
-    # The failure was raised once every MERGE of the step had ended.
+    # The failure was raised once every write of the step had ended.
     assert sorted(events) == sorted([("merged", "main"), ("failed", bags[0]), ("merged", bags[1])])
     failing.clear()
-    meet = threading.Barrier(1)  # the next run merges only the table left behind
+    meet = threading.Barrier(1)  # the next run writes only the table left behind
     pipeline.run()
     _check(warehouse, compiled, 2)
 
