@@ -28,7 +28,7 @@ the environment.
 | INCR_MIRROR_ROWS        | 65536     | a file of a table with vectors this large is searched by key in a |
 |                         |           | sorted, memory-mapped copy kept beside it (0: none)               |
 | INCR_DRIVER_THREADS     | 0         | threads the driver spreads a search or write of many files over, |
-|                         |           | and the MERGEs of a stage's state tables; it runs a batch's row   |
+|                         |           | and the writes of a stage's state tables; it runs a batch's row   |
 |                         |           | index on one beside the fold (0: the cores, at most 4; 1: none)   |
 | INCR_SLICE_BYTES        | 0         | a Parquet insert file larger than this (uncompressed) applies in  |
 |                         |           | slices of row groups, a batch each (0: a quarter of Spark's memory) |

@@ -133,6 +133,7 @@ class _Writes:
         #: Per write started beside the caller: its table, the rows of h(Δ) and their
         #: seconds, and its future.
         self._started: list[tuple[StateTable, int, float, Future[tuple[int, float]]]] = []
+        self._waited = 0.0  # seconds the caller waited for a thread to start a write on
 
     def __enter__(self) -> _Writes:
         return self
@@ -158,14 +159,20 @@ class _Writes:
             self._fold._record(table.name, rows, h_s, merge_s, touched)
             return
         running = [f for *_, f in self._started]
+        t0 = time.perf_counter()
         futures.wait(running[:max(0, len(running) + 1 - parallel.threads())])
+        self._waited += time.perf_counter() - t0
         self._started.append((table, rows, h_s, parallel.start(timed)))
 
     def finish(self) -> None:
-        """Waits for every write started, and records each."""
+        """Waits for every write started, and records each: its own seconds by table, and
+        in the view's MERGE seconds the time the caller waited for them (the rest ran
+        beside its other work), so a batch's parts add up to its time."""
+        t0 = time.perf_counter()
         done = parallel.wait([f for *_, f in self._started])
+        self._fold.metrics.merge_s += self._waited + time.perf_counter() - t0
         for (table, rows, h_s, _), (touched, merge_s) in zip(self._started, done, strict=True):
-            self._fold._record(table.name, rows, h_s, merge_s, touched)
+            self._fold._record(table.name, rows, h_s, merge_s, touched, beside=True)
 
 
 class Fold:
@@ -560,9 +567,12 @@ class Fold:
         self.state.write_outbox(stage, self.engine.collect(sql, self.state.schema(stage.outbox)),
                                 batch)
 
-    def _record(self, table: str, rows: int, h_s: float, merge_s: float, touched: int) -> None:
+    def _record(self, table: str, rows: int, h_s: float, merge_s: float, touched: int,
+                beside: bool = False) -> None:
+        """Notes a table's fold; ``beside``: its write ran beside the caller, whose wait
+        for it :meth:`_Writes.finish` counts instead."""
         m = self.metrics
         m.h_s += h_s
-        m.merge_s += merge_s
+        m.merge_s += 0.0 if beside else merge_s
         m.state_rows_touched += touched
         m.tables[table] = {"h_rows": rows, "h_s": h_s, "merge_s": merge_s}
