@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlglot import exp
+from sqlglot import exp, parse_one
 
 #: The dialect a :class:`~incr.compiler.scalar.Scalar`'s text is kept in.
 CANONICAL_DIALECT = "duckdb"
@@ -106,19 +106,75 @@ def nonzero_number(node: exp.Expr) -> bool:
 def render_expression(tree: exp.Expr, dialect: str) -> str:
     """SQL text of a scalar expression in ``dialect``.
 
-    For Spark, division is ``try_divide`` over DOUBLEs: DuckDB's ``/`` is floating-point
-    division even for integers and decimals, and NULL on a zero divisor where Spark's ANSI
-    mode would fail the batch.  A remainder by anything but a non-zero number is
-    ``try_mod``, NULL on a zero divisor as DuckDB's ``%`` is.
+    For Spark, what DuckDB (the program's dialect) computes otherwise is written as DuckDB
+    computes it, leaves first so that nested operators are rewritten too:
+
+    - division is ``try_divide`` over DOUBLEs: DuckDB's ``/`` is floating-point division
+      even for integers and decimals, and NULL on a zero divisor (as the oracle's is,
+      :func:`incr.oracle.connect`) where Spark's ANSI mode would fail the batch;
+    - a remainder by anything but a non-zero number is ``try_mod``, NULL on a zero divisor
+      as DuckDB's ``%`` is;
+    - a substring that may start at 0 or be of a negative length takes DuckDB's characters
+      (:func:`_duckdb_substring`).
     """
     if dialect == SPARK:
-        def safe_div(node: exp.Expr) -> exp.Expr:
+        def as_duckdb(node: exp.Expr) -> exp.Expr:
             if isinstance(node, exp.Div):  # DuckDB's `/` is floating-point division
                 return exp.Anonymous(this="try_divide", expressions=[
                     exp.cast(node.this, "DOUBLE"), exp.cast(node.expression, "DOUBLE")])
             if isinstance(node, exp.Mod) and not nonzero_number(node.expression):
                 return exp.Anonymous(this="try_mod", expressions=[node.this, node.expression])
+            if isinstance(node, exp.Substring):
+                return _duckdb_substring(node)
             return node
 
-        tree = tree.transform(safe_div)
+        tree = exp.replace_tree(tree.copy(), as_duckdb)
     return tree.sql(dialect=dialect)
+
+
+#: ``substr(s, st, ln)`` as DuckDB takes it, in Spark: DuckDB reads a start of 0 as the
+#: place before the first character (so one fewer is taken) and a negative length as the
+#: characters before the start; Spark reads 0 as 1 and takes nothing for a negative length.
+#: DuckDB's place of the start (from 0), ``a``, is ``st - 1``, or ``length(s) + st`` for a
+#: negative one, as Spark's is but for 0.  Each pair is Spark's start and length.
+_FORWARD = (":st", "CASE WHEN :st = 0 THEN :ln - 1 ELSE :ln END")
+_BACK = ("CASE WHEN :a + :ln < 0 THEN 1 ELSE :a + :ln + 1 END",
+         "CASE WHEN :a + :ln < 0 THEN :a ELSE -(:ln) END")
+_PLACE = "CASE WHEN :st >= 0 THEN :st - 1 ELSE LENGTH(:s) + :st END"
+
+
+def _filled(template: str, **parts: exp.Expr) -> exp.Expr:
+    """``template`` (Spark SQL) with each ``:name`` replaced by a copy of ``parts[name]``."""
+    def fill(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Placeholder) and node.name in parts:
+            return parts[node.name].copy()
+        return node
+    return parse_one(template, read=SPARK).transform(fill)
+
+
+def _duckdb_substring(node: exp.Substring) -> exp.Expr:
+    """``node`` taking the characters DuckDB takes, in Spark.
+
+    Without a length the engines agree (from 0 or 1, both take the whole text), and so they
+    do for a start other than 0 and a length of 0 or more written out: those are left as
+    they are, so no plan of them changes.  Otherwise the result calls an anonymous
+    ``substr``, which this rewrite does not visit again.
+    """
+    s, st, ln = node.this, node.args.get("start"), node.args.get("length")
+    start, length = integer_literal(st), integer_literal(ln)
+    if ln is None or st is None or (start not in (None, 0) and length is not None and length >= 0):
+        return node
+    if start is not None and start >= 0 and length is not None:  # a place written out
+        lo, hi = sorted((start - 1, start - 1 + length))
+        lo = max(lo, 0)
+        return exp.Anonymous(this="substr", expressions=[
+            s.copy(), exp.Literal.number(lo + 1), exp.Literal.number(max(hi - lo, 0))])
+    parts = {"s": s, "st": st, "ln": ln, "a": _filled(_PLACE, s=s, st=st)}
+
+    def call(pair: tuple[str, str]) -> exp.Expr:
+        return exp.Anonymous(this="substr", expressions=[
+            s.copy(), *(_filled(text, **parts) for text in pair)])
+    if length is not None:
+        return call(_FORWARD if length >= 0 else _BACK)
+    return exp.Case(ifs=[exp.If(this=exp.GTE(this=ln.copy(), expression=exp.Literal.number(0)),
+                                true=call(_FORWARD))], default=call(_BACK))

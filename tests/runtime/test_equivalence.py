@@ -50,7 +50,9 @@ SCHEMA = pa.schema([("k1", pa.string()), ("k2", pa.int64()), ("v", pa.int64()),
                     ("x", pa.float64()), ("d", pa.decimal128(10, 2)), ("day", pa.date32())])
 
 KEYS = ["k1", "k2", "k2 % 2", "upper(k1)", "d * 2", "CASE WHEN v > 10 THEN 'big' ELSE 'small' END",
-        "day"]
+        "day",
+        # a start of 0 and negative lengths, which DuckDB and Spark's substr take otherwise
+        "substr(k1 || 'xyz', k2 - 1, k2 - 2)"]
 AGGREGATES = [
     "COUNT(*)", "COUNT(v)", "SUM(v)", "SUM(x)", "SUM(d)", "AVG(x)", "AVG(v)", "AVG(d)",
     "MIN(x)", "MAX(v)", "MIN(k1)", "MAX(d)", "COUNT(DISTINCT v)", "COUNT(DISTINCT k1)",
@@ -67,9 +69,10 @@ DERIVED = {
     "d * 2": ["d * 2 > 10"],
     KEYS[5]: [f"length({KEYS[5]})"],
     "day": ["year(day)", "weekofyear(day)", "month(day)", "date_trunc('month', day)"],  # time grains
+    KEYS[7]: [f"length({KEYS[7]})"],
 }
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0",
-          "v % k2 = 1"]  # NULL where k2 is 0
+          "v % k2 = 1", "v / k2 > 2"]  # NULL where k2 is 0
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 
@@ -320,6 +323,25 @@ def test_regrouped_answers_by_change_equal_oracle_after_every_batch(spark, tmp_p
     a batch touched, recomputed from their rows of the finer state, in every bucket) equal
     DuckDB after every batch, deletes included."""
     run_and_check(spark, tmp_path_factory, program, ops, data, configs=REGROUPED_CONFIGS)
+
+
+SUBSTRINGS = ("-- incr: buckets = 4\n" + TABLE + """
+CREATE VIEW parts AS SELECT substr(k1 || 'xyz', k2 - 1, k2 - 2) AS part, substr(k1, 0, 2) AS head,
+    substring(k1 || 'xyz', 3, -2) AS back, COUNT(*) AS n, SUM(v) AS s
+  FROM t GROUP BY substr(k1 || 'xyz', k2 - 1, k2 - 2), substr(k1, 0, 2), substring(k1 || 'xyz', 3, -2);
+""", False)
+
+
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=st.just(SUBSTRINGS),
+       ops=st.lists(st.sampled_from(["insert", "delete"]), min_size=3, max_size=4), data=st.data())
+def test_substrings_from_any_start_equal_oracle_after_every_batch(spark, tmp_path_factory,
+                                                                  program, ops, data):
+    """Substrings from a start of 0, of a negative length, and from a start and of a length
+    that rows compute (0 and negative among them) take DuckDB's characters, on the driver
+    and in Spark."""
+    run_and_check(spark, tmp_path_factory, program, ops, data)
 
 
 def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[str],

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from incr.compiler.dialect import integer_literal
 from incr.compiler.frontend.query import Query, Scope
 from incr.compiler.frontend.trees import contains_aggregate, func_name, window_function
 from incr.compiler.ir import AggCall
@@ -72,31 +71,12 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
                 and node.args["decimals"].is_string:
             raise scope.error(f"{node.sql(dialect=CANONICAL_DIALECT)} truncates a number to "
                               f"decimals, not a date to a unit: write date_trunc('unit', x)", node)
-        if isinstance(node, exp.Substring):
-            _check_substring(scope, node)
         if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
             raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
                                "CASE inside the aggregate or into WHERE", node)
         if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Grouping) \
                 and not window_function(node):
             agg_call(scope, node)  # raises for unsupported aggregates
-
-
-def _check_substring(scope: Scope, node: exp.Substring) -> None:
-    """Refuses a substring the two engines take otherwise (a start or a length written out).
-
-    DuckDB (the program's dialect) reads a start of 0 as the place before the first
-    character and a negative length as counting back, Spark the first character and none
-    at all (``substr('abc', 0, 2)`` is ``a`` in one, ``ab`` in the other).
-    """
-    start, length = integer_literal(node.args.get("start")), integer_literal(node.args.get("length"))
-    if start == 0 and node.args.get("length") is not None:
-        raise scope.refuse("substr from position 0", "DuckDB and Spark take different "
-                           "characters there; count positions from 1", node)
-    if length is not None and length < 0:
-        raise scope.refuse("substr of a negative length", "DuckDB counts back from the "
-                           "start, Spark takes nothing; give the start and a length of 0 "
-                           "or more", node)
 
 
 def _check_window_place(scope: Scope, window: exp.Window) -> None:
