@@ -133,7 +133,7 @@ class _Writes:
         #: Per write started beside the caller: its table, the rows of h(Δ) and their
         #: seconds, and its future.
         self._started: list[tuple[StateTable, int, float, Future[tuple[int, float]]]] = []
-        self._waited = 0.0  # seconds the caller waited for a thread to start a write on
+        self._waited = 0.0  # seconds the caller spent starting writes (or running them)
 
     def __enter__(self) -> _Writes:
         return self
@@ -161,8 +161,10 @@ class _Writes:
         running = [f for *_, f in self._started]
         t0 = time.perf_counter()
         futures.wait(running[:max(0, len(running) + 1 - parallel.threads())])
-        self._waited += time.perf_counter() - t0
+        # parallel.start runs the write on the caller's thread when there is no other (one
+        # driver thread, or a fold already on a pool thread): the caller waited all of it.
         self._started.append((table, rows, h_s, parallel.start(timed)))
+        self._waited += time.perf_counter() - t0
 
     def finish(self) -> None:
         """Waits for every write started, and records each: its own seconds by table, and
