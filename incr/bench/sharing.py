@@ -48,8 +48,8 @@ Outputs in ``--out DIR``:
   floor (:func:`incr.bench.plot.plot_sharing`);
 * ``sharing.md``: the summary table, the catalogue, each view alone and every step;
 * ``sharing.json``: machine, settings, command line, the summary (per N: the medians, their
-  ratios to the smallest N, and whether sharing keeps N views within :data:`TARGET` of it)
-  and the oracle's verdicts.
+  ratios to the smallest N, and whether sharing keeps N views within :data:`TARGET` of
+  one view, judged only when the smallest N is one) and the oracle's verdicts.
 """
 
 from __future__ import annotations
@@ -485,8 +485,9 @@ def summary(rows: list[Row], target: float = TARGET) -> dict:
     """Per N: median time per increment in each setting, its ratio to the smallest N, the target.
 
     ``within_target`` says whether sharing (on, or rolling up) keeps N views within
-    ``target`` of the smallest N with sharing on (one view in the default run); the last N's
-    verdict is the issue's target.
+    ``target`` of one view with sharing on; the last N's verdict is the issue's target.  A
+    run whose smallest N is not one view (``--views 20``, say) has no verdict (None): its
+    ratios are to that N, and 20 views are always within 1.5× of themselves.
 
     With the views measured :data:`ALONE`, per N also the floor: the costliest of the first N
     alone (``floor_s``, ``floor_view``), which no sharing goes below, since a program of those
@@ -505,6 +506,7 @@ def summary(rows: list[Row], target: float = TARGET) -> dict:
 
     counts = sorted({r.views for r in rows if r.share in SETTINGS})
     base = {s: median(counts[0], s) for s in SETTINGS}
+    judged = counts[0] == 1  # the target is against one view
     alone = {r.views: median(r.views, ALONE) for r in rows if r.share == ALONE}
     per_n = {}
     for n in counts:
@@ -525,16 +527,23 @@ def summary(rows: list[Row], target: float = TARGET) -> dict:
         per_n[str(n)] |= {f"state_tables_{s}": tables(n, s) for s in SETTINGS}
         # both sharing settings against one view with sharing on
         shared = [_ratio(at[s], base["on"]) for s in ("on", "rollup")]
-        per_n[str(n)]["within_target"] = any(r is not None and r <= target for r in shared)
+        per_n[str(n)]["within_target"] = (any(r is not None and r <= target for r in shared)
+                                          if judged else None)
     last = per_n[str(counts[-1])]
     return {"baseline_views": counts[0], "target_factor": target,
             "target": {"views": counts[-1], "on_over_base": last["on_over_base"],
                        "rollup_over_base": _ratio(last["median_rollup_s"], base["on"]),
-                       "off_over_base": last["off_over_base"], "met": last["within_target"],
+                       "off_over_base": last["off_over_base"],
+                       "met": last["within_target"] if len(counts) > 1 else None,
                        "floor_over_base": last["floor_over_base"], "floor_view": last["floor_view"],
                        "reachable": (None if last["floor_over_base"] is None
                                      else last["floor_over_base"] <= target)},
             "by_views": per_n}
+
+
+def _verdict(within: bool | None) -> str:
+    """A target column's cell: yes, no, or a dash when the run cannot judge it."""
+    return "—" if within is None else "yes" if within else "no"
 
 
 def _cell(value: object) -> str:
@@ -566,7 +575,7 @@ def markdown(rows: list[Row], summ: dict) -> str:
             + f"{_cell(s['separate_over_on'])}× | "
             + " / ".join(str(s[f"state_tables_{k}"]) for k in SETTINGS) + " | "
             + " / ".join(_cell(s[f"initial_{k}_s"]) for k in SETTINGS) + " | "
-            + f"{'yes' if s['within_target'] else 'no'} |" for n, s in summ["by_views"].items()]
+            + f"{_verdict(s['within_target'])} |" for n, s in summ["by_views"].items()]
     out += ["", "The views (N views = the first N):\n", "| # | view | shape | SELECT |",
             "|---:|---|---|---|"]
     out += [f"| {i} | {v.name} | {v.shape}: {SHAPES[v.shape]} | `{v.select}` |"
@@ -691,10 +700,14 @@ def _report(out: Path, meta: dict, log: TextIO) -> None:
               f"{s['median_off_s']} s ({s['off_over_base']}×), rollup {s['median_rollup_s']} s "
               f"({s['rollup_over_base']}×); off/on {s['off_over_on']}×", file=log)
     t = summ["target"]
-    print(f"target ({t['views']} views within {summ['target_factor']}× of "
-          f"{summ['baseline_views']}, sharing on): {'met' if t['met'] else 'NOT met'} "
-          f"({t['on_over_base']}× on, {t['rollup_over_base']}× rollup, "
-          f"{t['off_over_base']}× off)", file=log)
+    if t["met"] is None:
+        print(f"target ({t['views']} views within {summ['target_factor']}× of one view, "
+              f"sharing on): not judged; the run has no program of one view to compare "
+              f"with and more (--views 1,{t['views']})", file=log)
+    else:
+        print(f"target ({t['views']} views within {summ['target_factor']}× of one view, "
+              f"sharing on): {'met' if t['met'] else 'NOT met'} ({t['on_over_base']}× on, "
+              f"{t['rollup_over_base']}× rollup, {t['off_over_base']}× off)", file=log)
     if t["floor_view"] is not None:
         print(f"floor: {t['floor_view']} alone takes {t['floor_over_base']}× the first view "
               f"alone; no sharing takes the {t['views']} views below it, "

@@ -9,6 +9,7 @@ every answer compared with the DuckDB oracle.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -17,14 +18,17 @@ import pyarrow.parquet as pq
 
 from incr.bench.sharing import (
     ALONE,
+    BREAKDOWN,
     CATALOGUE,
     COLUMNS,
     SETTINGS,
     SHAPES,
     Row,
+    _report,
     compile_views,
     land,
     live_tables,
+    markdown,
     program_text,
     read_csv,
     run_sharing,
@@ -105,6 +109,21 @@ def test_summary_gives_each_settings_ratio_to_the_fewest_views_and_the_target() 
     # rollup within the target (against one view with sharing on) meets it too
     rolled = summary(rows(1, "on", [1, 0.2]) + rows(2, "on", [1, 0.5]) + rows(2, "rollup", [1, 0.3]))
     assert rolled["target"]["met"] is True and rolled["target"]["rollup_over_base"] == 1.5
+    # without a program of one view there is nothing to judge the target against: 20 views
+    # alone are 1.0× themselves, 2 and 20 views are no ratio to one
+    for counts in ((20,), (2, 20), (1,)):
+        unjudged = summary([r for n in counts for r in rows(n, "on", [1, 0.5])])
+        assert unjudged["target"]["met"] is None, counts
+    alone = summary(rows(20, "on", [1, 0.5]))
+    assert alone["by_views"]["20"]["within_target"] is None
+    said = io.StringIO()
+    _report(Path("out"), {"summary": alone, "wall_s": 1.0}, said)
+    assert "not judged" in said.getvalue() and "met" not in said.getvalue().replace("not judged", "")
+    timed = [Row("sharing", 20, "on", b, "insert", 1_000, 10, 1.0, dict.fromkeys(BREAKDOWN, 0.0))
+             for b in range(2)]
+    table = markdown(timed, alone).splitlines()
+    assert next(line for line in table if line.startswith("| 20 |")).endswith("| — |")
+    assert summary(rows(1, "on", [1, 0.5]))["by_views"]["1"]["within_target"] is True
 
 
 def test_summary_gives_the_floor_of_the_views_alone() -> None:
