@@ -700,14 +700,12 @@ def _report(out: Path, meta: dict, log: TextIO) -> None:
               f"{s['median_off_s']} s ({s['off_over_base']}×), rollup {s['median_rollup_s']} s "
               f"({s['rollup_over_base']}×); off/on {s['off_over_on']}×", file=log)
     t = summ["target"]
-    if t["met"] is None:
-        print(f"target ({t['views']} views within {summ['target_factor']}× of one view, "
-              f"sharing on): not judged; the run has no program of one view to compare "
-              f"with and more (--views 1,{t['views']})", file=log)
-    else:
-        print(f"target ({t['views']} views within {summ['target_factor']}× of one view, "
-              f"sharing on): {'met' if t['met'] else 'NOT met'} ({t['on_over_base']}× on, "
-              f"{t['rollup_over_base']}× rollup, {t['off_over_base']}× off)", file=log)
+    verdict = (f"not judged; the run has no program of one view to compare with and more "
+               f"(--views 1,{t['views']})" if t["met"] is None else
+               f"{'met' if t['met'] else 'NOT met'} ({t['on_over_base']}× on, "
+               f"{t['rollup_over_base']}× rollup, {t['off_over_base']}× off)")
+    print(f"target ({t['views']} views within {summ['target_factor']}× of one view, "
+          f"sharing on): {verdict}", file=log)
     if t["floor_view"] is not None:
         print(f"floor: {t['floor_view']} alone takes {t['floor_over_base']}× the first view "
               f"alone; no sharing takes the {t['views']} views below it, "
