@@ -1,8 +1,9 @@
 """``incr bench sharing``: many views over one stream, with the share pass on, off and rolling up (issue 18).
 
 Issue 18 ("many views, one pass"): views of one program that read the same source with the
-same WHERE and the same GROUP BY keep **one** state (one fold and one MERGE per batch), and
-each view's answer is computed from it.  The header line ``-- incr: share = on`` (the
+same GROUP BY keep **one** state (one fold and one MERGE per batch), and each view's answer
+is computed from it (a view with a WHERE of its own reads its aggregates of the rows the
+WHERE keeps).  The header line ``-- incr: share = on`` (the
 default) or ``share = off`` switches it, and ``share = rollup`` also answers views grouped by
 some of another view's keys from that view's state, regrouped (BRR, CMORR).  This benchmark
 measures what each saves: the time of an increment as the number of views grows, with
@@ -14,8 +15,9 @@ a small dimension ``customers(customer, segment)``; its views are the first N of
 :data:`CATALOGUE`, a fixed list of 20 ordered so every prefix is a mix of the shapes of the
 HIFUN rewriting rules (seed 003, §3.2): the same grouping and measure under other aggregates
 (CGMRR), the same grouping over other measures (CGRR), the same measure and aggregate under
-another grouping (CMORR), a finer grouping (BRR), plus a view with another WHERE (nothing to
-share) and three views over one join ``sales JOIN customers USING (customer)``.
+another grouping (CMORR), a finer grouping (BRR), plus a view with another WHERE (the
+grouping's state restricted to its rows) and three views over one join
+``sales JOIN customers USING (customer)``.
 
 **The data** (numpy, seeded by the sizes: the same files for every configuration) is an
 initial load of ``initial`` sales rows (and the 2,000 customers, landed once), then
@@ -165,7 +167,7 @@ SHAPES = {
     "CGRR": "same grouping, another measure",
     "CMORR": "same measure and aggregate, another grouping",
     "BRR": "a finer grouping (region, product)",
-    "filter": "another WHERE: nothing to share",
+    "filter": "another WHERE: the same grouping's state, restricted to its rows",
     "join": "another aggregate over the same join",
 }
 

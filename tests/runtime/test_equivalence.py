@@ -157,7 +157,9 @@ def programs(draw) -> tuple[str, bool]:
             if i and len(keys) == 2 and draw(st.booleans()):
                 # a coarser grouping: under share = rollup, answered from the others' state
                 own = [keys[draw(st.integers(0, 1))]]
-            views.append(draw(aggregate_view(f"v{i}", own, where, keys)))
+            # a WHERE of its own: the view reads the shared state restricted to its rows
+            mine = draw(st.sampled_from(["", *WHERES])) if i and draw(st.booleans()) else where
+            views.append(draw(aggregate_view(f"v{i}", own, mine, keys)))
     else:
         views = [draw(aggregate_view(f"v{i}")) for i in range(draw(st.integers(1, 2)))]
     if draw(st.booleans()):
@@ -280,12 +282,46 @@ def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
     derived += [[keys[1 - i], *DERIVED[k]] for i, k in enumerate(keys) if len(DERIVED[k]) > 1]
     groupings = [keys, *draw(st.lists(st.sampled_from([keys, keys[:1], keys[1:], *derived]),
                                       min_size=1, max_size=3))]
-    views = [draw(aggregate_view(f"v{i}", g, where, keys)) for i, g in enumerate(groupings)]
+    # now and then a view with a WHERE of its own: restricted to its rows, then regrouped
+    views = [draw(aggregate_view(f"v{i}", g, draw(st.sampled_from(["", *WHERES]))
+                                 if i and draw(st.booleans()) else where, keys))
+             for i, g in enumerate(groupings)]
     append_only = draw(st.booleans()) and draw(st.booleans())
     header = "-- incr: buckets = 4\n" + ("-- incr: append_only = t\n" if append_only else "")
     header += draw(st.sampled_from(["-- incr: share = rollup\n"] * 3
                                    + ([] if rollup_only else ["-- incr: share = off\n"])))
     return header + TABLE + "\n" + "\n".join(views) + "\n", append_only
+
+
+@st.composite
+def restricted_programs(draw) -> tuple[str, bool]:
+    """A family over one input and grouping whose views each have a WHERE of their own (or
+    none), two of them at least different: one state of the rows any of them reads, each
+    view restricted to its own (sharing on; rollup, or off as the twin)."""
+    n_keys = draw(st.integers(0, 2))
+    keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
+    wheres = draw(st.lists(st.sampled_from(["", *WHERES]), min_size=2, max_size=3,
+                           unique=True))
+    views = [draw(aggregate_view(f"v{i}", keys, w, keys)) for i, w in enumerate(wheres)]
+    append_only = draw(st.booleans()) and draw(st.booleans())
+    header = "-- incr: buckets = 4\n" + ("-- incr: append_only = t\n" if append_only else "")
+    header += draw(st.sampled_from(["", "", "-- incr: share = rollup\n",
+                                    "-- incr: share = off\n"]))
+    return header + TABLE + "\n" + "\n".join(views) + "\n", append_only
+
+
+@settings(max_examples=max(EXAMPLES // 2, 3), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=restricted_programs(), ops=st.lists(
+    st.sampled_from(["insert", "insert", "delete", "wipe"]), min_size=2, max_size=4),
+    data=st.data())
+def test_views_with_their_own_wheres_equal_oracle_after_every_batch(spark, tmp_path_factory,
+                                                                    program, ops, data):
+    """Views of one grouping with different WHEREs, sharing one state each restricted to its
+    own rows (aggregates of CASE WHEN, groups by a count), equal DuckDB after every batch:
+    MIN, MAX and COUNT(DISTINCT) under deletes, HAVING, ORDER BY/LIMIT, global aggregates
+    over none of their rows."""
+    run_and_check(spark, tmp_path_factory, program, ops, data)
 
 
 @settings(max_examples=max(EXAMPLES // 2, 3), deadline=None, derandomize=True,
@@ -386,6 +422,8 @@ def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[
         event(f"{'append-only' if append_only else 'deletable'} source, {op} batch")
         event(f"views sharing state: {sum(len(s.views) for s in compiled.shares)}")
         event(f"views regrouped from a finer state: {sum(len(s.rolled) for s in compiled.shares)}")
+        event(f"views restricted to their own WHERE: "
+              f"{sum(len(s.restricted) for s in compiled.shares)}")
         event(f"views regrouped by a function of the finer keys: "
               f"{sum(bool(p.answer.rollup and p.answer.rollup.derived) for p in compiled.plans)}")
         event(f"driver-side path for batches of at most {local_rows} rows")
@@ -444,6 +482,11 @@ def join_programs(draw) -> str:
         # whose side tables keep the columns either view reads
         more = draw(st.lists(st.sampled_from(JOIN_AGGS), min_size=1, max_size=2, unique=True))
         twin = sql.split(" FROM ", 1)[1].split(" ORDER BY ")[0]
+        if draw(st.booleans()):  # a WHERE of its own: it reads the state restricted to its rows
+            own_where = draw(st.sampled_from(["", *JOIN_WHERES]))
+            body, _, grouped = twin.partition(" GROUP BY ")
+            body = body.split(" WHERE ")[0] + (f" WHERE {own_where}" if own_where else "")
+            twin = body + (f" GROUP BY {grouped}" if grouped else "")
         own = keys
         if len(keys) == 2 and draw(st.booleans()):  # coarser: regrouped under share = rollup
             own = keys[1:]
@@ -503,6 +546,8 @@ def test_join_answers_equal_oracle_after_every_batch(spark, tmp_path_factory, te
     compiled = compile_text(text, path="joins.sql", name="joins")
     event(f"join views regrouped from a finer state: "
           f"{sum(len(s.rolled) for s in compiled.shares)}")
+    event(f"join views restricted to their own WHERE: "
+          f"{sum(len(s.restricted) for s in compiled.shares)}")
     root = tmp_path_factory.mktemp("join")
     landing, warehouse = root / "landing", root / "warehouse"
     # Δ of the join on the driver (DuckDB over the side tables), in Spark, or mixed.

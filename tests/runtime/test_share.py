@@ -34,7 +34,10 @@ TABLE = "-- incr: buckets = 2\nCREATE TABLE t (k VARCHAR, v BIGINT, x DOUBLE);\n
 TOTALS = "CREATE VIEW totals AS SELECT k, SUM(v) AS s, COUNT(*) AS n FROM t GROUP BY k;\n"
 EXTREMES = ("CREATE VIEW extremes AS SELECT k, MAX(x) AS top, MIN(v) AS low FROM t GROUP BY k "
             "HAVING COUNT(*) > 1 ORDER BY top DESC, k LIMIT 2;\n")
+#: Another WHERE: it reads the shared state restricted to its rows.
 FILTERED = "CREATE VIEW filtered AS SELECT k, SUM(v) AS s FROM t WHERE v > 2 GROUP BY k;\n"
+#: Another grouping: a state of its own.
+BY_V = "CREATE VIEW by_v AS SELECT v, COUNT(*) AS n FROM t GROUP BY v;\n"
 #: Reads only what ``totals`` keeps (a sum and a count of v): the shared state is unchanged.
 AVERAGE = "CREATE VIEW average AS SELECT k, AVG(v) AS mean FROM t GROUP BY k;\n"
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("x", pa.float64())])
@@ -106,22 +109,25 @@ def _states(warehouse: Path) -> set[str]:
 
 def test_views_sharing_a_state_fold_each_batch_once(spark, dirs):
     landing, warehouse = dirs
-    compiled = compile_text(TABLE + TOTALS + EXTREMES + FILTERED, name="shop")
+    compiled = compile_text(TABLE + TOTALS + EXTREMES + FILTERED + BY_V, name="shop")
     (share,) = compiled.shares
-    assert share.views == ("totals", "extremes") and share.owner.startswith("_shared_shop.t.")
+    assert share.views == ("totals", "extremes", "filtered")
+    assert share.owner.startswith("_shared_shop.t.")
+    assert share.restricted == (("filtered", "v > 2"),) and share.where is None
     pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
     for seq in range(len(BATCHES)):
         _land(landing, seq)
         (applied,) = pipeline.run().applied
         engines = {m.view: m.engine for m in applied.views}
-        # The first view folds the batch into the shared state; the other publishes from it.
-        assert engines == {"totals": "driver", "extremes": "shared", "filtered": "driver"}
+        # The first view folds the batch into the shared state; the others publish from it.
+        assert engines == {"totals": "driver", "extremes": "shared", "filtered": "shared",
+                           "by_v": "driver"}
         modes = {m.view: m.answer_mode for m in applied.views}
         if seq:
             assert modes["totals"] == "change", modes  # by the groups the shared fold touched
         _check(warehouse, compiled, seq)
-    assert _states(warehouse) == {share.owner, "filtered"}
-    assert pipeline.owners == (share.owner, "filtered")
+    assert _states(warehouse) == {share.owner, "by_v"}
+    assert pipeline.owners == (share.owner, "by_v")
 
 
 def test_views_sharing_a_state_read_its_touched_groups_once(spark, dirs, monkeypatch):
@@ -833,6 +839,35 @@ def test_views_over_one_join_are_regrouped_from_its_finer_state(spark, dirs):
     compiled = compile_text(JOINED, name="joined")
     (share,) = compiled.shares
     assert share.join and [v for v, _ in share.rolled] == ["coarse"]
+    schemas = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64())]),
+               "b": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
+    live: dict[str, list[tuple]] = {"a": [], "b": []}
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
+    for seq, batch in enumerate(JOINED_BATCHES):
+        _joined_step(landing, warehouse, pipeline.run, compiled, schemas, live, seq, batch)
+    assert _states(warehouse) == {share.owner}
+
+
+def test_views_over_one_join_with_their_own_wheres_share_its_state(spark, dirs):
+    """Views over one join with different WHEREs (on either side's columns) keep one state
+    of the rows any of them reads, each restricted to its own: equal to DuckDB after every
+    batch on either side, deletes included, a group with no row of a view's WHERE absent
+    from its answer."""
+    landing, warehouse = dirs
+    compiled = compile_text("""-- incr: buckets = 2
+CREATE TABLE a (k BIGINT, g VARCHAR, x DOUBLE);
+CREATE TABLE b (k BIGINT, v BIGINT);
+CREATE VIEW big AS SELECT g, SUM(v) AS s, COUNT(*) AS n FROM a JOIN b ON a.k = b.k
+  WHERE v > 4 GROUP BY g;
+CREATE VIEW cheap AS SELECT g, MAX(v) AS top, COUNT(DISTINCT b.k) AS ks FROM a JOIN b ON a.k = b.k
+  WHERE x < 2 GROUP BY g HAVING COUNT(*) > 1;
+CREATE VIEW odd AS SELECT g, MIN(x) AS lo FROM a JOIN b ON a.k = b.k WHERE v % 2 = 1 GROUP BY g;
+""", name="joined")
+    (share,) = compiled.shares
+    assert share.join and share.views == ("big", "cheap", "odd")
+    assert share.where == "a__x < 2 OR b__v % 2 = 1 OR b__v > 4"
+    assert share.restricted == (("big", "b__v > 4"), ("cheap", "a__x < 2"),
+                                ("odd", "b__v % 2 = 1"))
     schemas = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64())]),
                "b": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
     live: dict[str, list[tuple]] = {"a": [], "b": []}

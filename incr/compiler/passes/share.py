@@ -5,9 +5,16 @@ a program of many views over one stream pays once per view.  Views whose h reads
 rows the same way differ only in the aggregates they compute: they can keep one state.
 
 This pass finds them: views of one stage (no iteration, recursion or window) whose input
-is the same (the same source or join, the same WHERE) grouped by the same θ.  That is
+is the same (the same source or join) grouped by the same θ.  That is
 CGMRR when they aggregate the same measure with different functions, CGRR when they
-aggregate different measures, and a shared join when their input is one join.  For each
+aggregate different measures, and a shared join when their input is one join.
+
+Views with different WHEREs share too: a WHERE is a restriction of the measure (seed 003's
+HIFUN query ``(g, m/E, op)``), so a view whose WHERE is not the state's reads its
+aggregates of the rows its WHERE keeps, ``CASE WHEN where THEN arg END`` (COUNT(*) counts
+such a CASE of 1), and only the groups with one such row, by a HAVING on their count
+(:func:`_restricted`).  The state reads the rows any of its views reads: every row when
+one of them has no WHERE, else those of their WHEREs ORed.  For each
 such group it compiles one merged Aggregate (every distinct aggregate call of the group)
 through the per-view passes after ``lineage``: its state tables, h, ⊗, ⊗̃ and ⊗̂ are the
 group's.  Each view keeps its own answer function a, rewritten to read its aggregates
@@ -53,7 +60,17 @@ from dataclasses import dataclass, replace
 from sqlglot import exp
 
 from incr.compiler.compilation import Compilation, build_stage
-from incr.compiler.ir import AggCall, Aggregate, JoinInput, Named, NamedAgg, Project, Rel, Source
+from incr.compiler.ir import (
+    AggCall,
+    Aggregate,
+    Filter,
+    JoinInput,
+    Named,
+    NamedAgg,
+    Project,
+    Rel,
+    Source,
+)
 from incr.compiler.passes.derive_merge import derive_merge
 from incr.compiler.passes.infer_monoids import infer_monoids
 from incr.compiler.passes.split_answer import answer_over_state, split_answer
@@ -106,6 +123,11 @@ class Share:
     #: The views answered from the state regrouped by fewer keys (``share = rollup``), each
     #: with its GROUP BY: BRR, and CMORR when their groupings combine into the state's.
     rolled: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The views that read the state with a WHERE of their own, each with it: the state
+    #: reads more rows than they do (:func:`_restricted`).
+    restricted: tuple[tuple[str, str], ...] = ()
+    #: The WHERE of the rows the state reads (None: every row of its input).
+    where: str | None = None
 
     def describe(self) -> str:
         """One line for ``incr explain``."""
@@ -113,8 +135,17 @@ class Share:
         what = "one join" if self.join else self.source
         how = RULES[self.rule]
         views = ", ".join(self.views)
+        rows = ("one WHERE" if not self.restricted else
+                "every row" if self.where is None else f"the rows of WHERE {self.where}")
         line = (f"{views} {'share' if len(self.views) > 1 else 'keeps'} state {self.owner}: "
-                f"{self.rule} ({how}) over {what}, one WHERE, GROUP BY {by}")
+                f"{self.rule} ({how}) over {what}, {rows}, GROUP BY {by}")
+        if self.restricted:
+            each = ", ".join(f"{v} (WHERE {w})" for v, w in self.restricted)
+            verb = "reads" if len(self.restricted) == 1 else "read"
+            whose = "its" if len(self.restricted) == 1 else "their"
+            groups = ", and only the groups with such a row" if self.grouping else ""
+            line += (f"; {each} {verb} it restricted to the rows of {whose} WHERE (CASE WHEN "
+                     f"in each aggregate{groups})")
         if self.rolled:
             each = ", ".join(f"{v} (GROUP BY {', '.join(keys)})" for v, keys in self.rolled)
             verb = "is" if len(self.rolled) == 1 else "are"
@@ -238,18 +269,18 @@ def _why_alone(program: Program, start: dict[str, Compilation],
     if finer and not program.options.rollup:
         has = ("has every key of its GROUP BY" if set(_theta(c)) < set(_theta(start[finer[0]]))
                else "groups by what its GROUP BY is computed from")
-        return (f"no other view reads {c.source.name} with the same WHERE and GROUP BY; "
+        return (f"no other view reads {c.source.name} with the same GROUP BY; "
                 f"{finer[0]}'s state {has} (BRR: -- incr: share = rollup answers it from "
                 f"there, rewriting its answer each batch)")
     if finer:
-        return (f"no other view reads {c.source.name} with the same WHERE and GROUP BY, and "
+        return (f"no other view reads {c.source.name} with the same GROUP BY, and "
                 f"its aggregates cannot be regrouped from {finer[0]}'s state (variance kept "
                 f"as moments, or a view served from a state of its own)")
-    return f"no other view reads {c.source.name} with the same WHERE and GROUP BY"
+    return f"no other view reads {c.source.name} with the same GROUP BY"
 
 
 def _input(c: Compilation) -> object:
-    """The part of :func:`_signature` that is not the grouping: the input and the WHERE."""
+    """The part of :func:`_signature` that is not the grouping: the input before its WHERE."""
     return _signature(c)[:3]
 
 
@@ -313,7 +344,7 @@ def _rollups(groups: dict[tuple[object, str], list[str]], start: dict[str, Compi
              ) -> dict[tuple[object, str], tuple[object, str]]:
     """Which groups are answered from another's state (BRR and CMORR), and from whose.
 
-    A group joins a group of the same input, WHERE and label grouped more finely
+    A group joins a group of the same input (WHEREs aside) and label grouped more finely
     (:func:`_refines`: by all its keys and more, or by what its keys are computed from), one
     no other group refines (so views regroup from one state however their
     groupings nest), and of those the one with the fewest keys (the fewest state rows per
@@ -377,15 +408,17 @@ def why_alone(plan: IncrementalPlan, view: ViewDecl) -> str | None:
     return None
 
 
-def _signature(c: Compilation) -> tuple[object, ...]:
+def _signature(c: Compilation, where: bool = False) -> tuple[object, ...]:
     """What views must have in common to share a state.
 
-    The input (branches), the rows the Aggregate reads (the WHERE under it) and θ, with
-    its names.  Over an inner join, views may read different columns of its inputs: the
-    shared state reads them all (:func:`_widened`).
+    The input (branches), the rows the Aggregate reads before its WHERE (views with
+    different WHEREs share: :func:`_restricted`) and θ, with its names.  ``where``: with
+    the WHERE, as a state's name is made of (:func:`_owner`).  Over an inner join, views
+    may read different columns of its inputs: the shared state reads them all
+    (:func:`_widened`).
     """
     agg = _aggregate(c)
-    branches, child = c.branches, agg.child
+    branches, child = c.branches, agg.child if where else _unfiltered(agg.child)
     if _widens(c):
         branches = tuple(replace(b, join=replace(b.join, inputs=tuple(
             replace(i, columns=()) for i in b.join.inputs))) for b in branches)
@@ -452,6 +485,82 @@ def _aggregate(c: Compilation) -> Aggregate:
     return next(node for node in c.rel.walk() if isinstance(node, Aggregate))
 
 
+def _unfiltered(rel: Rel) -> Rel:
+    """The rows under an Aggregate before its WHERE."""
+    return rel.child if isinstance(rel, Filter) else rel
+
+
+def _where(c: Compilation) -> Scalar | None:
+    """The WHERE under ``c``'s Aggregate (None: it reads every row of its input)."""
+    child = _aggregate(c).child
+    return child.predicate if isinstance(child, Filter) else None
+
+
+def _state_where(members: list[Compilation]) -> Scalar | None:
+    """The WHERE of the rows a state for ``members`` reads (None: every row).
+
+    None when one of them has none, else theirs ORed, in the order of their text, so the
+    state's name does not depend on the order of the views.
+    """
+    wheres = [_where(c) for c in members]
+    if any(w is None for w in wheres):
+        return None
+    distinct = sorted({w for w in wheres if w is not None})
+    if len(distinct) == 1:
+        return distinct[0]
+    return Scalar.of(exp.or_(*(w.tree() for w in distinct)))
+
+
+def _reading(c: Compilation, where: Scalar | None) -> Compilation:
+    """``c`` with its Aggregate reading the rows of its input ``where`` keeps (None: all)."""
+    agg = _aggregate(c)
+    base = _unfiltered(agg.child)
+    child = base if where is None else Filter(base, where)
+    return replace(c, rel=_replace_node(c.rel, agg, replace(agg, child=child)))
+
+
+def _restricted(c: Compilation) -> Compilation:
+    """``c`` over its input without its WHERE, each aggregate restricted to its WHERE's rows.
+
+    That is seed 003's measure restricted, ``m/E``.
+
+    An aggregate's argument becomes ``CASE WHEN where THEN arg END``, NULL on the other
+    rows, and every aggregate (:data:`~incr.compiler.ir.AGGREGATES`) skips NULLs; COUNT(*)
+    counts such a CASE of 1.  A grouped view answers only the groups with a row its WHERE
+    keeps: the count of those rows is one more aggregate, and a HAVING that it is above
+    0, ANDed with the view's own.  A global aggregate answers its one row however many
+    rows its WHERE keeps, as it did.
+    """
+    where = _where(c)
+    assert where is not None, f"view {c.view.name} has no WHERE to restrict by"
+    agg = _aggregate(c)
+
+    def kept(arg: exp.Expr) -> Scalar:
+        return Scalar.of(exp.Case().when(where.tree(), arg))
+
+    one = exp.Literal.number(1)
+    aggs = tuple(NamedAgg(a.name, AggCall("count", kept(one)) if a.call.arg is None
+                          else AggCall(a.call.func, kept(a.call.arg.tree())))
+                 for a in agg.aggs)
+    having: Scalar | None = None
+    if agg.keys:
+        taken = {a.name for a in agg.aggs}
+        rows = next(f"_a{i}" for i in range(len(taken) + 1) if f"_a{i}" not in taken)
+        aggs += (NamedAgg(rows, AggCall("count", kept(one))),)
+        having = Scalar(f"{rows} > 0")
+    restricted = replace(agg, child=_unfiltered(agg.child), aggs=aggs)
+
+    def above(rel: Rel) -> Rel:
+        if rel is agg:
+            return restricted if having is None else Filter(restricted, having)
+        child = rel.children()[0]
+        if child is agg and having is not None and isinstance(rel, Filter):  # a HAVING
+            return Filter(restricted, Scalar.of(exp.and_(having.tree(), rel.predicate.tree())))
+        return rel.with_child(above(child))
+
+    return replace(c, rel=above(c.rel))
+
+
 def _merge(program: Program, members: list[Compilation], plans: list[IncrementalPlan],
            label: str = "", recorded: tuple[tuple[str, Compilation | None], ...] = ()
            ) -> tuple[Share, dict[str, IncrementalPlan]]:
@@ -473,7 +582,13 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     finest = next((set(_theta(c)) for _, c in merging if all(
         set(_theta(o)) == set(_theta(c)) or _refines(c, o) for _, o in merging)), None)
     merging.sort(key=lambda m: (set(_theta(m[1])) != finest, -len(_theta(m[1]))))
-    first = _widened(program, [c for _, c in merging])
+    where = _state_where([c for _, c in merging])
+    restricted = tuple((p.view, str(w)) for p, c in zip(plans, members)
+                       for w in [_where(c)] if w != where and w is not None)
+    merging = [(n, c if _where(c) == where else _restricted(c)) for n, c in merging]
+    by_merged = dict(merging)
+    members = [by_merged[p.view] for p in plans]
+    first = _reading(_widened(program, [c for _, c in merging]), where)
     agg = _aggregate(first)
     calls: list[AggCall] = []
     renamed_by: dict[str, dict[str, str]] = {}  # per view: its aggregate's IR name -> the merged one
@@ -533,7 +648,8 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  grouping=grouping, rule=rule, join=not first.direct,
                  retained=tuple(n for n, c in recorded if c is not None),
                  recorded=tuple((n, selects[n]) for n, _ in merging),
-                 rolled=tuple(rolled)), planned
+                 rolled=tuple(rolled), restricted=restricted,
+                 where=None if where is None else str(where)), planned
 
 
 def _regrouped(table: StateTable) -> Regrouped:
@@ -567,6 +683,6 @@ def _owner(c: Compilation) -> str:
 
     It is ``_shared_<program>.<source>.<hash of the input and θ>``.
     """
-    text = repr(_signature(c))
+    text = repr(_signature(c, where=True))
     digest = hashlib.sha256(text.encode()).hexdigest()[:10]
     return f"{owner_prefix(c.program.name)}{c.source.name.lower()}.{digest}"
