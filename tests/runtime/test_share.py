@@ -832,6 +832,17 @@ JOINED_BATCHES = [
 ]
 
 
+def _run_joined(spark, landing: Path, warehouse: Path, compiled: CompiledProgram) -> None:
+    """Runs :data:`JOINED_BATCHES` through ``compiled`` (tables ``a`` and ``b``), every view
+    checked against DuckDB after each."""
+    schemas = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64())]),
+               "b": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
+    live: dict[str, list[tuple]] = {"a": [], "b": []}
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
+    for seq, batch in enumerate(JOINED_BATCHES):
+        _joined_step(landing, warehouse, pipeline.run, compiled, schemas, live, seq, batch)
+
+
 def test_views_over_one_join_are_regrouped_from_its_finer_state(spark, dirs):
     """share = rollup over a join: the coarser view reads the finer view's state (and side
     tables are one pair), equal to DuckDB after every batch on either side."""
@@ -839,12 +850,7 @@ def test_views_over_one_join_are_regrouped_from_its_finer_state(spark, dirs):
     compiled = compile_text(JOINED, name="joined")
     (share,) = compiled.shares
     assert share.join and [v for v, _ in share.rolled] == ["coarse"]
-    schemas = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64())]),
-               "b": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
-    live: dict[str, list[tuple]] = {"a": [], "b": []}
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
-    for seq, batch in enumerate(JOINED_BATCHES):
-        _joined_step(landing, warehouse, pipeline.run, compiled, schemas, live, seq, batch)
+    _run_joined(spark, landing, warehouse, compiled)
     assert _states(warehouse) == {share.owner}
 
 
@@ -868,12 +874,7 @@ CREATE VIEW odd AS SELECT g, MIN(x) AS lo FROM a JOIN b ON a.k = b.k WHERE v % 2
     assert share.where == "a__x < 2 OR b__v % 2 = 1 OR b__v > 4"
     assert share.restricted == (("big", "b__v > 4"), ("cheap", "a__x < 2"),
                                 ("odd", "b__v % 2 = 1"))
-    schemas = {"a": pa.schema([("k", pa.int64()), ("g", pa.string()), ("x", pa.float64())]),
-               "b": pa.schema([("k", pa.int64()), ("v", pa.int64())])}
-    live: dict[str, list[tuple]] = {"a": [], "b": []}
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=1000)
-    for seq, batch in enumerate(JOINED_BATCHES):
-        _joined_step(landing, warehouse, pipeline.run, compiled, schemas, live, seq, batch)
+    _run_joined(spark, landing, warehouse, compiled)
     assert _states(warehouse) == {share.owner}
 
 
