@@ -300,7 +300,9 @@ def restricted_programs(draw) -> tuple[str, bool]:
     view restricted to its own (sharing on; rollup, or off as the twin)."""
     n_keys = draw(st.integers(0, 2))
     keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
-    wheres = draw(st.lists(st.sampled_from(["", *WHERES]), min_size=2, max_size=3,
+    # WHEREs on the GROUP BY keys only (of any type) read the view's groups of the state
+    on_keys = [f"{k} IS NOT NULL" for k in keys] + [f"{k} IS NULL" for k in keys[:1]]
+    wheres = draw(st.lists(st.sampled_from(["", *WHERES, *on_keys]), min_size=2, max_size=3,
                            unique=True))
     views = [draw(aggregate_view(f"v{i}", keys, w, keys)) for i, w in enumerate(wheres)]
     append_only = draw(st.booleans()) and draw(st.booleans())
@@ -424,6 +426,8 @@ def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[
         event(f"views regrouped from a finer state: {sum(len(s.rolled) for s in compiled.shares)}")
         event(f"views restricted to their own WHERE: "
               f"{sum(len(s.restricted) for s in compiled.shares)}")
+        event(f"of them by a WHERE on their GROUP BY keys: "
+              f"{sum(len(s.keyed) for s in compiled.shares)}")
         event(f"views regrouped by a function of the finer keys: "
               f"{sum(bool(p.answer.rollup and p.answer.rollup.derived) for p in compiled.plans)}")
         event(f"driver-side path for batches of at most {local_rows} rows")

@@ -296,14 +296,22 @@ def test_a_task_behind_its_shared_state_publishes_the_logged_changes(spark, dirs
     _check(warehouse, compiled, 4)
 
 
-def test_a_view_added_to_a_shared_state_publishes_from_it(spark, dirs):
+#: A WHERE on its GROUP BY key and aggregates ``totals`` and ``extremes`` keep: its groups
+#: of the shared state, the state unchanged.
+NOT_B = ("CREATE VIEW not_b AS SELECT k, SUM(v) AS s, MAX(x) AS top FROM t WHERE k <> 'b' "
+         "GROUP BY k HAVING COUNT(*) > 1;\n")
+
+
+@pytest.mark.parametrize("added", [AVERAGE, NOT_B], ids=["average", "a WHERE on its key"])
+def test_a_view_added_to_a_shared_state_publishes_from_it(spark, dirs, added):
     landing, warehouse = dirs
     before = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
     for seq in range(3):
         _land(landing, seq)
         Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
-    # ``average`` needs a sum and a count of v, which the shared state keeps already.
-    after = compile_text(TABLE + TOTALS + EXTREMES + AVERAGE, name="shop")
+    # ``average`` needs a sum and a count of v, which the shared state keeps already; so
+    # does ``not_b`` the sum, the row count and the bag of x, for its groups.
+    after = compile_text(TABLE + TOTALS + EXTREMES + added, name="shop")
     assert after.plan("totals").state_fingerprint == before.plan("totals").state_fingerprint
     report = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
     assert report.applied == []  # no batch read again: a(state) at batch 2

@@ -13,7 +13,8 @@ Views with different WHEREs share too: a WHERE is a restriction of the measure (
 HIFUN query ``(g, m/E, op)``), so a view whose WHERE is not the state's reads its
 aggregates of the rows its WHERE keeps, ``CASE WHEN where THEN arg END`` (COUNT(*) counts
 such a CASE of 1), and only the groups with one such row, by a HAVING on their count
-(:func:`_restricted`).  The state reads the rows any of its views reads: every row when
+(:func:`_restricted`); a WHERE on the view's GROUP BY keys only is a HAVING on them, over
+its groups of the state.  The state reads the rows any of its views reads: every row when
 one of them has no WHERE, else those of their WHEREs ORed.  For each
 such group it compiles one merged Aggregate (every distinct aggregate call of the group)
 through the per-view passes after ``lineage``: its state tables, h, ⊗, ⊗̃ and ⊗̂ are the
@@ -128,6 +129,9 @@ class Share:
     restricted: tuple[tuple[str, str], ...] = ()
     #: The WHERE of the rows the state reads (None: every row of its input).
     where: str | None = None
+    #: Those of :attr:`restricted` whose WHERE reads only their GROUP BY keys: they read
+    #: their groups of the state, adding nothing to it.
+    keyed: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line for ``incr explain``."""
@@ -139,13 +143,19 @@ class Share:
                 "every row" if self.where is None else f"the rows of WHERE {self.where}")
         line = (f"{views} {'share' if len(self.views) > 1 else 'keeps'} state {self.owner}: "
                 f"{self.rule} ({how}) over {what}, {rows}, GROUP BY {by}")
-        if self.restricted:
-            each = ", ".join(f"{v} (WHERE {w})" for v, w in self.restricted)
-            verb = "reads" if len(self.restricted) == 1 else "read"
-            whose = "its" if len(self.restricted) == 1 else "their"
+        cased = [(v, w) for v, w in self.restricted if v not in self.keyed]
+        if cased:
+            each = ", ".join(f"{v} (WHERE {w})" for v, w in cased)
+            verb, whose = ("reads", "its") if len(cased) == 1 else ("read", "their")
             groups = ", and only the groups with such a row" if self.grouping else ""
             line += (f"; {each} {verb} it restricted to the rows of {whose} WHERE (CASE WHEN "
                      f"in each aggregate{groups})")
+        keyed = [(v, w) for v, w in self.restricted if v in self.keyed]
+        if keyed:
+            each = ", ".join(f"{v} (WHERE {w})" for v, w in keyed)
+            verb, whose = ("reads", "its") if len(keyed) == 1 else ("read", "their")
+            line += (f"; {each} {verb} only {whose} groups of it (a WHERE on the GROUP BY "
+                     f"keys, answered as a HAVING: nothing added to the state)")
         if self.rolled:
             each = ", ".join(f"{v} (GROUP BY {', '.join(keys)})" for v, keys in self.rolled)
             verb = "is" if len(self.rolled) == 1 else "are"
@@ -519,6 +529,18 @@ def _reading(c: Compilation, where: Scalar | None) -> Compilation:
     return replace(c, rel=_replace_node(c.rel, agg, replace(agg, child=child)))
 
 
+def _on_keys(c: Compilation) -> Scalar | None:
+    """``c``'s WHERE over its GROUP BY keys (their names in the IR), if it reads nothing else.
+
+    None when it does, when it has none, and for a global aggregate, whose one row is
+    answered whatever its WHERE keeps.
+    """
+    agg, where = _aggregate(c), _where(c)
+    if where is None or not agg.keys:
+        return None
+    return _over_state(where, {k.expr.sql: k.name for k in agg.keys})
+
+
 def _restricted(c: Compilation) -> Compilation:
     """``c`` over its input without its WHERE, each aggregate restricted to its WHERE's rows.
 
@@ -530,25 +552,31 @@ def _restricted(c: Compilation) -> Compilation:
     keeps: the count of those rows is one more aggregate, and a HAVING that it is above
     0, ANDed with the view's own.  A global aggregate answers its one row however many
     rows its WHERE keeps, as it did.
+
+    A grouped view whose WHERE reads only what its GROUP BY keys are (:func:`_on_keys`)
+    keeps every row of a group or none: its aggregates stay as they are, and the WHERE
+    becomes a HAVING on its keys, so it adds nothing to the state.
     """
     where = _where(c)
     assert where is not None, f"view {c.view.name} has no WHERE to restrict by"
     agg = _aggregate(c)
+    having = _on_keys(c)
+    if having is not None:  # every row of a group is kept, or none: its groups of the state
+        restricted = replace(agg, child=_unfiltered(agg.child))
+    else:
+        def kept(arg: exp.Expr) -> Scalar:
+            return Scalar.of(exp.Case().when(where.tree(), arg))
 
-    def kept(arg: exp.Expr) -> Scalar:
-        return Scalar.of(exp.Case().when(where.tree(), arg))
-
-    one = exp.Literal.number(1)
-    aggs = tuple(NamedAgg(a.name, AggCall("count", kept(one)) if a.call.arg is None
-                          else AggCall(a.call.func, kept(a.call.arg.tree())))
-                 for a in agg.aggs)
-    having: Scalar | None = None
-    if agg.keys:
-        taken = {a.name for a in agg.aggs}
-        rows = next(f"_a{i}" for i in range(len(taken) + 1) if f"_a{i}" not in taken)
-        aggs += (NamedAgg(rows, AggCall("count", kept(one))),)
-        having = Scalar(f"{rows} > 0")
-    restricted = replace(agg, child=_unfiltered(agg.child), aggs=aggs)
+        one = exp.Literal.number(1)
+        aggs = tuple(NamedAgg(a.name, AggCall("count", kept(one)) if a.call.arg is None
+                              else AggCall(a.call.func, kept(a.call.arg.tree())))
+                     for a in agg.aggs)
+        if agg.keys:
+            taken = {a.name for a in agg.aggs}
+            rows = next(f"_a{i}" for i in range(len(taken) + 1) if f"_a{i}" not in taken)
+            aggs += (NamedAgg(rows, AggCall("count", kept(one))),)
+            having = Scalar(f"{rows} > 0")
+        restricted = replace(agg, child=_unfiltered(agg.child), aggs=aggs)
 
     def above(rel: Rel) -> Rel:
         if rel is agg:
@@ -585,6 +613,8 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     where = _state_where([c for _, c in merging])
     restricted = tuple((p.view, str(w)) for p, c in zip(plans, members)
                        for w in [_where(c)] if w != where and w is not None)
+    keyed = tuple(p.view for p, c in zip(plans, members)
+                  if _where(c) != where and _on_keys(c) is not None)
     merging = [(n, c if _where(c) == where else _restricted(c)) for n, c in merging]
     by_merged = dict(merging)
     members = [by_merged[p.view] for p in plans]
@@ -649,7 +679,7 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  retained=tuple(n for n, c in recorded if c is not None),
                  recorded=tuple((n, selects[n]) for n, _ in merging),
                  rolled=tuple(rolled), restricted=restricted,
-                 where=None if where is None else str(where)), planned
+                 where=None if where is None else str(where), keyed=keyed), planned
 
 
 def _regrouped(table: StateTable) -> Regrouped:
