@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from sqlglot import exp
@@ -143,19 +143,12 @@ class Share:
                 "every row" if self.where is None else f"the rows of WHERE {self.where}")
         line = (f"{views} {'share' if len(self.views) > 1 else 'keeps'} state {self.owner}: "
                 f"{self.rule} ({how}) over {what}, {rows}, GROUP BY {by}")
-        cased = [(v, w) for v, w in self.restricted if v not in self.keyed]
-        if cased:
-            each = ", ".join(f"{v} (WHERE {w})" for v, w in cased)
-            verb, whose = ("reads", "its") if len(cased) == 1 else ("read", "their")
-            groups = ", and only the groups with such a row" if self.grouping else ""
-            line += (f"; {each} {verb} it restricted to the rows of {whose} WHERE (CASE WHEN "
-                     f"in each aggregate{groups})")
-        keyed = [(v, w) for v, w in self.restricted if v in self.keyed]
-        if keyed:
-            each = ", ".join(f"{v} (WHERE {w})" for v, w in keyed)
-            verb, whose = ("reads", "its") if len(keyed) == 1 else ("read", "their")
-            line += (f"; {each} {verb} only {whose} groups of it (a WHERE on the GROUP BY "
-                     f"keys, answered as a HAVING: nothing added to the state)")
+        groups = ", and only the groups with such a row" if self.grouping else ""
+        line += self._readers(False, lambda whose: (
+            f"it restricted to the rows of {whose} WHERE (CASE WHEN in each aggregate{groups})"))
+        line += self._readers(True, lambda whose: (
+            f"only {whose} groups of it (a WHERE on the GROUP BY keys, answered as a HAVING: "
+            f"nothing added to the state)"))
         if self.rolled:
             each = ", ".join(f"{v} (GROUP BY {', '.join(keys)})" for v, keys in self.rolled)
             verb = "is" if len(self.rolled) == 1 else "are"
@@ -167,6 +160,18 @@ class Share:
                      f"in the program, so {views} need no rebuild (a refresh of "
                      f"{'any of them' if len(self.views) > 1 else views} drops them)")
         return line
+
+    def _readers(self, keyed: bool, how: Callable[[str], str]) -> str:
+        """The clause of :meth:`describe` on the views restricted to their own WHERE.
+
+        ``keyed``: those whose WHERE reads only their keys, or the others; ``how`` they read
+        the state, given "its" or "their".  Empty when there are none.
+        """
+        chosen = [(v, w) for v, w in self.restricted if (v in self.keyed) == keyed]
+        if not chosen:
+            return ""
+        verb, whose = ("reads", "its") if len(chosen) == 1 else ("read", "their")
+        return f"; {', '.join(f'{v} (WHERE {w})' for v, w in chosen)} {verb} {how(whose)}"
 
 
 #: Per state name (a label, :func:`share`), the views its state was built for, in merge
