@@ -136,11 +136,17 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
 #: place before the first character (so one fewer is taken) and a negative length as the
 #: characters before the start; Spark reads 0 as 1 and takes nothing for a negative length.
 #: DuckDB's place of the start (from 0), ``a``, is ``st - 1``, or ``length(s) + st`` for a
-#: negative one, as Spark's is but for 0.  Each pair is Spark's start and length.
-_FORWARD = (":st", "CASE WHEN :st = 0 THEN :ln - 1 ELSE :ln END")
-_BACK = ("CASE WHEN :a + :ln < 0 THEN 1 ELSE :a + :ln + 1 END",
-         "CASE WHEN :a + :ln < 0 THEN :a ELSE -(:ln) END")
+#: negative one, as Spark's is but for 0; it takes the characters from ``lo``, the lesser of
+#: ``a`` and ``a + ln`` (at least 0), to ``hi``, the greater, which Spark takes as its start
+#: ``lo + 1`` and length ``hi - lo``.  ``st`` and ``ln`` are read as BIGINT, as DuckDB's are.
 _PLACE = "CASE WHEN :st >= 0 THEN :st - 1 ELSE LENGTH(:s) + :st END"
+_LOW = "GREATEST(LEAST(:a, :a + :ln), 0)"
+#: Spark's start and length of those characters.  Spark takes INTs (ANSI mode fails a batch
+#: on a BIGINT beyond them), and a text is shorter than 2^31 - 1 characters: a start or a
+#: length beyond is taken as that, with the same characters taken.
+_INT_MAX = 2**31 - 1
+_SPARK_START = f"CAST(LEAST(:lo, {_INT_MAX - 1}) + 1 AS INT)"
+_SPARK_LENGTH = f"CAST(LEAST(GREATEST(GREATEST(:a, :a + :ln) - :lo, 0), {_INT_MAX}) AS INT)"
 
 
 def _filled(template: str, **parts: exp.Expr) -> exp.Expr:
@@ -157,24 +163,47 @@ def _duckdb_substring(node: exp.Substring) -> exp.Expr:
 
     Without a length the engines agree (from 0 or 1, both take the whole text), and so they
     do for a start other than 0 and a length of 0 or more written out: those are left as
-    they are, so no plan of them changes.  Otherwise the result calls an anonymous
-    ``substr``, which this rewrite does not visit again.
+    they are, so no plan of them changes, unless a number is beyond Spark's INT (taken as
+    the INT nearest, which takes the same characters).  Otherwise the result calls an
+    anonymous ``substr``, which this rewrite does not visit again.
     """
     s, st, ln = node.this, node.args.get("start"), node.args.get("length")
     start, length = integer_literal(st), integer_literal(ln)
-    if ln is None or st is None or (start not in (None, 0) and length is not None and length >= 0):
+    if st is None:
+        return node
+    if ln is None:
+        if start is not None and abs(start) <= _INT_MAX:
+            return node
+        place = exp.Literal.number(max(min(start, _INT_MAX), -_INT_MAX)) if start is not None \
+            else exp.cast(exp.func("least", exp.func("greatest", exp.cast(st.copy(), "BIGINT"),
+                                                      exp.Literal.number(-_INT_MAX)),
+                                   exp.Literal.number(_INT_MAX)), "INT")
+        return _known(exp.Anonymous(this="substr", expressions=[s.copy(), place]), st)
+    if (start not in (None, 0) and length is not None and 0 <= length <= _INT_MAX
+            and abs(start) <= _INT_MAX):
         return node
     if start is not None and start >= 0 and length is not None:  # a place written out
         lo, hi = sorted((start - 1, start - 1 + length))
         lo = max(lo, 0)
         return exp.Anonymous(this="substr", expressions=[
-            s.copy(), exp.Literal.number(lo + 1), exp.Literal.number(max(hi - lo, 0))])
-    parts = {"s": s, "st": st, "ln": ln, "a": _filled(_PLACE, s=s, st=st)}
+            s.copy(), exp.Literal.number(min(lo, _INT_MAX - 1) + 1),
+            exp.Literal.number(min(max(hi - lo, 0), _INT_MAX))])
+    wide = {"s": s, "st": exp.cast(st.copy(), "BIGINT"), "ln": exp.cast(ln.copy(), "BIGINT")}
+    wide["a"] = _filled(_PLACE, **wide)
+    wide["lo"] = _filled(_LOW, **wide)
+    return _known(exp.Anonymous(this="substr", expressions=[
+        s.copy(), _filled(_SPARK_START, **wide), _filled(_SPARK_LENGTH, **wide)]), st, ln)
 
-    def call(pair: tuple[str, str]) -> exp.Expr:
-        return exp.Anonymous(this="substr", expressions=[
-            s.copy(), *(_filled(text, **parts) for text in pair)])
-    if length is not None:
-        return call(_FORWARD if length >= 0 else _BACK)
-    return exp.Case(ifs=[exp.If(this=exp.GTE(this=ln.copy(), expression=exp.Literal.number(0)),
-                                true=call(_FORWARD))], default=call(_BACK))
+
+def _known(call: exp.Expr, *numbers: exp.Expr) -> exp.Expr:
+    """``call``, NULL when one of ``numbers`` is.
+
+    Spark's GREATEST and LEAST skip a NULL, where DuckDB's substr of a NULL start or length
+    is NULL.  Numbers written out are never NULL.
+    """
+    computed = [n for n in numbers if integer_literal(n) is None]
+    if not computed:
+        return call
+    known = exp.and_(*(exp.Not(this=exp.Is(this=n.copy(), expression=exp.Null()))
+                       for n in computed))
+    return exp.Case(ifs=[exp.If(this=known, true=call)])
