@@ -251,12 +251,18 @@ class Rollup:
     one of them (``GROUP BY year(day), month(day)`` from a state by ``day``), each an
     expression over the state's column names with the view's name for it.  A finer group
     falls in the one coarse group its θ values compute, so the regrouping is exact.
+
+    ``where``: the view's WHERE, when it reads only the state's θ columns (an expression
+    over their names): it keeps every row of a finer group or none, so the state's rows it
+    holds are those regrouped (``WHERE product = 'tea'`` of a view by region, from a state
+    by region and product), and the view adds nothing to the state.
     """
 
     keys: tuple[tuple[str, str], ...]
     tables: tuple[Regrouped, ...]
     of: tuple[str, ...] = ()
     derived: tuple[tuple[Scalar, str], ...] = ()
+    where: Scalar | None = None
 
     def table(self, name: str) -> Regrouped:
         """How state table ``name`` is regrouped."""
@@ -266,6 +272,7 @@ class Rollup:
         # An answer's fingerprint hashes its repr: without derived keys it reads as before
         # they existed, so views regrouped by the state's own columns keep their answers.
         extra = f", derived={self.derived!r}" if self.derived else ""
+        extra += f", where={self.where!r}" if self.where is not None else ""
         return f"Rollup(keys={self.keys!r}, tables={self.tables!r}, of={self.of!r}{extra})"
 
 

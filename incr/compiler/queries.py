@@ -365,7 +365,12 @@ def _regroup(rollup: Rollup, by: tuple[str, ...],
 
     Each column of ``combined`` is aggregated by its function; with None, the rows are kept
     as they are.  The one regrouping rule of a state table and of a bag of θ's column.
+    ``where`` (empty, or a WHERE clause with its leading space) keeps some rows of
+    ``view``, and so does the view's own WHERE over θ (:attr:`Rollup.where`).
     """
+    if rollup.where is not None:
+        kept = f"({rollup.where.render(SPARK)})"
+        where = f"{where} AND {kept}" if where else f" WHERE {kept}"
     keys = _rollup_keys(rollup)
     named = [f"{key} AS {q(own)}" for key, own in keys] + [q(c) for c in by]
     if combined is None:

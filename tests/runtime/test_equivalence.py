@@ -282,8 +282,10 @@ def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
     derived += [[keys[1 - i], *DERIVED[k]] for i, k in enumerate(keys) if len(DERIVED[k]) > 1]
     groupings = [keys, *draw(st.lists(st.sampled_from([keys, keys[:1], keys[1:], *derived]),
                                       min_size=1, max_size=3))]
-    # now and then a view with a WHERE of its own: restricted to its rows, then regrouped
-    views = [draw(aggregate_view(f"v{i}", g, draw(st.sampled_from(["", *WHERES]))
+    # now and then a view with a WHERE of its own: restricted to its rows, then regrouped;
+    # one on the finer keys only keeps whole finer groups, regrouped without adding to the state
+    on_keys = [f"{k} IS NOT NULL" for k in keys] + [f"{keys[1]} IS NULL"]
+    views = [draw(aggregate_view(f"v{i}", g, draw(st.sampled_from(["", *WHERES, *on_keys]))
                                  if i and draw(st.booleans()) else where, keys))
              for i, g in enumerate(groupings)]
     append_only = draw(st.booleans()) and draw(st.booleans())
@@ -428,6 +430,8 @@ def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[
               f"{sum(len(s.restricted) for s in compiled.shares)}")
         event(f"of them by a WHERE on their GROUP BY keys: "
               f"{sum(len(s.keyed) for s in compiled.shares)}")
+        event(f"views regrouping the state's rows their WHERE keeps: "
+              f"{sum(len(s.sifted) for s in compiled.shares)}")
         event(f"views regrouped by a function of the finer keys: "
               f"{sum(bool(p.answer.rollup and p.answer.rollup.derived) for p in compiled.plans)}")
         event(f"driver-side path for batches of at most {local_rows} rows")

@@ -667,6 +667,44 @@ def test_a_regrouped_answer_follows_by_change_while_a_batch_touches_few_of_its_g
         assert (m.answer_mode, m.answer_rows) == (mode, written), (seq, m)
 
 
+#: Coarser, each with a WHERE on by_kp's keys only: it keeps whole groups of by_kp's state.
+ODD_K = ("CREATE VIEW odd_k AS SELECT k, SUM(v) AS s, MAX(x) AS top, COUNT(*) AS n FROM t "
+         "WHERE v % 2 = 1 GROUP BY k;\n")
+NOT_A = "CREATE VIEW not_a AS SELECT v % 2 AS p, SUM(v) AS s FROM t WHERE k <> 'a' GROUP BY v % 2;\n"
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_coarser_views_whose_where_reads_the_finer_keys_regroup_the_rows_it_keeps(
+        spark, dirs, local_rows):
+    """A view answered from a finer state whose WHERE reads only that state's keys keeps
+    whole finer groups: it regroups the state's rows its WHERE keeps and adds nothing to
+    the state, so added to a running program it publishes from the state at once.  Its
+    answers equal DuckDB's after every batch, a delete that takes a group's last row its
+    WHERE keeps (b's odd v, batch 2) included."""
+    landing, warehouse = dirs
+    before = compile_text(ROLLUP + TABLE + BY_KP + BY_K, name="shop")
+    for seq in range(3):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=local_rows).run()
+    after = compile_text(ROLLUP + TABLE + BY_KP + BY_K + ODD_K + NOT_A, name="shop")
+    (share,) = after.shares
+    assert share.sifted == ("odd_k", "not_a") and not share.keyed
+    assert after.plan("odd_k").state_fingerprint == before.plan("by_kp").state_fingerprint
+    rollup = after.plan("odd_k").answer.rollup
+    assert rollup is not None and rollup.where is not None
+    assert "only the rows of it their WHERE keeps, regrouped" in explain_program(after)
+    pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=local_rows)
+    assert pipeline.run().applied == []  # a(state) at batch 2, of the rows each WHERE keeps
+    _check(warehouse, after, 2)
+    answer, _ = read_answer(warehouse, after.plan("odd_k"))
+    assert "b" not in answer.column("k").to_pylist()
+    for seq in range(3, len(BATCHES)):
+        _land(landing, seq)
+        Pipeline(after, landing, warehouse, spark=spark, local_rows=local_rows).run()
+        _check(warehouse, after, seq)
+    assert _states(warehouse) == {share.owner}
+
+
 DAYS = "-- incr: buckets = 2\nCREATE TABLE s (day DATE, k VARCHAR, v BIGINT);\n"
 DAILY = "CREATE VIEW daily AS SELECT day, k, SUM(v) AS s, COUNT(*) AS n FROM s GROUP BY day, k;\n"
 #: Grouped by functions of daily's keys (seed 003's lineage-key algebra: a day falls in one

@@ -29,7 +29,9 @@ does one grouped by functions of them (``month(day)`` beside ``day``: the lineag
 algebra's general case, each finer group falling in one coarse group): its views
 read the state regrouped by their own keys, each monoid element combined by the SQL
 aggregate that is its ⊗ (:attr:`~incr.algebra.monoids.Monoid.sql_regroup`), each bag by
-value with its counts summed (:class:`~incr.compiler.plan.Rollup`).  Only a grouping some
+value with its counts summed (:class:`~incr.compiler.plan.Rollup`); a WHERE of such a view
+that reads only the state's keys keeps the state's rows it holds before they are regrouped,
+adding nothing to the state (:func:`_sifting`).  Only a grouping some
 view keeps is a state: one made up to combine groupings no view asks for could hold far
 more rows than any of them.  A regrouped answer follows by change from the rows of the
 coarse groups a batch touched, but those rows are spread over the state's buckets (every
@@ -132,6 +134,9 @@ class Share:
     #: Those of :attr:`restricted` whose WHERE reads only their GROUP BY keys: they read
     #: their groups of the state, adding nothing to it.
     keyed: tuple[str, ...] = ()
+    #: Those of :attr:`restricted`, answered regrouped, whose WHERE reads only the state's
+    #: GROUP BY keys: they regroup the state's rows it keeps, adding nothing to it.
+    sifted: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line for ``incr explain``."""
@@ -144,11 +149,15 @@ class Share:
         line = (f"{views} {'share' if len(self.views) > 1 else 'keeps'} state {self.owner}: "
                 f"{self.rule} ({how}) over {what}, {rows}, GROUP BY {by}")
         groups = ", and only the groups with such a row" if self.grouping else ""
-        line += self._readers(False, lambda whose: (
+        plain = set(self.keyed) | set(self.sifted)
+        line += self._readers(lambda v: v not in plain, lambda whose: (
             f"it restricted to the rows of {whose} WHERE (CASE WHEN in each aggregate{groups})"))
-        line += self._readers(True, lambda whose: (
+        line += self._readers(lambda v: v in self.keyed, lambda whose: (
             f"only {whose} groups of it (a WHERE on the GROUP BY keys, answered as a HAVING: "
             f"nothing added to the state)"))
+        line += self._readers(lambda v: v in self.sifted, lambda whose: (
+            f"only the rows of it {whose} WHERE keeps, regrouped (a WHERE on the state's "
+            f"GROUP BY keys: nothing added to the state)"))
         if self.rolled:
             each = ", ".join(f"{v} (GROUP BY {', '.join(keys)})" for v, keys in self.rolled)
             verb = "is" if len(self.rolled) == 1 else "are"
@@ -161,13 +170,13 @@ class Share:
                      f"{'any of them' if len(self.views) > 1 else views} drops them)")
         return line
 
-    def _readers(self, keyed: bool, how: Callable[[str], str]) -> str:
+    def _readers(self, which: Callable[[str], bool], how: Callable[[str], str]) -> str:
         """The clause of :meth:`describe` on the views restricted to their own WHERE.
 
-        ``keyed``: those whose WHERE reads only their keys, or the others; ``how`` they read
-        the state, given "its" or "their".  Empty when there are none.
+        ``which`` of them (by name); ``how`` they read the state, given "its" or "their".
+        Empty when there are none.
         """
-        chosen = [(v, w) for v, w in self.restricted if (v in self.keyed) == keyed]
+        chosen = [(v, w) for v, w in self.restricted if which(v)]
         if not chosen:
             return ""
         verb, whose = ("reads", "its") if len(chosen) == 1 else ("read", "their")
@@ -546,6 +555,21 @@ def _on_keys(c: Compilation) -> Scalar | None:
     return _over_state(where, {k.expr.sql: k.name for k in agg.keys})
 
 
+def _sifting(c: Compilation, theta: Mapping[str, str]) -> Scalar | None:
+    """``c``'s WHERE over a finer state's θ columns, if it reads nothing else.
+
+    ``theta`` holds θ's columns by expression; ``c`` is answered from that state regrouped.
+    Such a WHERE keeps every row of a finer group or none, so it keeps rows of the state
+    before they are regrouped (:attr:`~incr.compiler.plan.Rollup.where`) and adds nothing
+    to it.  None for a view of the state's own grouping (:func:`_on_keys` covers it), and
+    when the WHERE reads a column θ does not determine.
+    """
+    where = _where(c)
+    if where is None or set(_theta(c)) == set(theta):
+        return None
+    return _over_state(where, theta)
+
+
 def _restricted(c: Compilation) -> Compilation:
     """``c`` over its input without its WHERE, each aggregate restricted to its WHERE's rows.
 
@@ -616,11 +640,15 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
         set(_theta(o)) == set(_theta(c)) or _refines(c, o) for _, o in merging)), None)
     merging.sort(key=lambda m: (set(_theta(m[1])) != finest, -len(_theta(m[1]))))
     where = _state_where([c for _, c in merging])
+    theta = _theta(merging[0][1])
     restricted = tuple((p.view, str(w)) for p, c in zip(plans, members)
                        for w in [_where(c)] if w != where and w is not None)
     keyed = tuple(p.view for p, c in zip(plans, members)
                   if _where(c) != where and _on_keys(c) is not None)
-    merging = [(n, c if _where(c) == where else _restricted(c)) for n, c in merging]
+    sifted = {n: w for n, c in merging if _where(c) != where and _on_keys(c) is None
+              for w in [_sifting(c, theta)] if w is not None}
+    merging = [(n, c if _where(c) == where else _reading(c, None) if n in sifted
+                else _restricted(c)) for n, c in merging]
     by_merged = dict(merging)
     members = [by_merged[p.view] for p in plans]
     first = _reading(_widened(program, [c for _, c in merging]), where)
@@ -652,7 +680,7 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     elif label:
         owner = label
     planned: dict[str, IncrementalPlan] = {}
-    theta = _theta(first)
+    assert _theta(first) == theta, "the state is keyed by the finest grouping's θ"
     grouping = tuple(str(k.expr) for k in first.lineage or ())
     rolled: list[tuple[str, tuple[str, ...]]] = []
     for c, plan, renamed in zip(members, plans, names):
@@ -670,7 +698,8 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                 keys=tuple((theta[expr], name) for expr, name in keys.items() if expr in theta),
                 tables=tuple(_regrouped(t) for t in merged.tables or () if t.name in read),
                 of=grouping,
-                derived=tuple((d, keys[expr]) for expr, d in derived.items() if d is not None)))
+                derived=tuple((d, keys[expr]) for expr, d in derived.items() if d is not None),
+                where=sifted.get(plan.view)))
             rolled.append((plan.view, tuple(str(k.expr) for k in c.lineage or ())))
         own: StagePlan = replace(stage, answer=answer, logical=c.rel,
                                  output=tuple(e.name for e in answer.exprs))
@@ -684,7 +713,8 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  retained=tuple(n for n, c in recorded if c is not None),
                  recorded=tuple((n, selects[n]) for n, _ in merging),
                  rolled=tuple(rolled), restricted=restricted,
-                 where=None if where is None else str(where), keyed=keyed), planned
+                 where=None if where is None else str(where), keyed=keyed,
+                 sifted=tuple(p.view for p in plans if p.view in sifted)), planned
 
 
 def _regrouped(table: StateTable) -> Regrouped:
