@@ -147,6 +147,8 @@ _LOW = "GREATEST(LEAST(:a, :a + :ln), 0)"
 _INT_MAX = 2**31 - 1
 _SPARK_START = f"CAST(LEAST(:lo, {_INT_MAX - 1}) + 1 AS INT)"
 _SPARK_LENGTH = f"CAST(LEAST(GREATEST(GREATEST(:a, :a + :ln) - :lo, 0), {_INT_MAX}) AS INT)"
+#: A start without a length, as Spark's INT: beyond it, past either end of any text.
+_SPARK_PLACE = f"CAST(LEAST(GREATEST(:st, {-_INT_MAX}), {_INT_MAX}) AS INT)"
 
 
 def _filled(template: str, **parts: exp.Expr) -> exp.Expr:
@@ -174,10 +176,8 @@ def _duckdb_substring(node: exp.Substring) -> exp.Expr:
     if ln is None:
         if start is not None and abs(start) <= _INT_MAX:
             return node
-        place = exp.Literal.number(max(min(start, _INT_MAX), -_INT_MAX)) if start is not None \
-            else exp.cast(exp.func("least", exp.func("greatest", exp.cast(st.copy(), "BIGINT"),
-                                                      exp.Literal.number(-_INT_MAX)),
-                                   exp.Literal.number(_INT_MAX)), "INT")
+        place = (exp.Literal.number(max(min(start, _INT_MAX), -_INT_MAX)) if start is not None
+                 else _filled(_SPARK_PLACE, st=exp.cast(st.copy(), "BIGINT")))
         return _known(exp.Anonymous(this="substr", expressions=[s.copy(), place]), st)
     if (start not in (None, 0) and length is not None and 0 <= length <= _INT_MAX
             and abs(start) <= _INT_MAX):

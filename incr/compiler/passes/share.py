@@ -643,9 +643,9 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     theta = _theta(merging[0][1])
     restricted = tuple((p.view, str(w)) for p, c in zip(plans, members)
                        for w in [_where(c)] if w != where and w is not None)
-    keyed = tuple(p.view for p, c in zip(plans, members)
-                  if _where(c) != where and _on_keys(c) is not None)
-    sifted = {n: w for n, c in merging if _where(c) != where and _on_keys(c) is None
+    # Of the views restricted to their WHERE, those it adds nothing to the state for.
+    keyed = {n for n, c in merging if _where(c) != where and _on_keys(c) is not None}
+    sifted = {n: w for n, c in merging if _where(c) != where and n not in keyed
               for w in [_sifting(c, theta)] if w is not None}
     merging = [(n, c if _where(c) == where else _reading(c, None) if n in sifted
                 else _restricted(c)) for n, c in merging]
@@ -713,7 +713,8 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  retained=tuple(n for n, c in recorded if c is not None),
                  recorded=tuple((n, selects[n]) for n, _ in merging),
                  rolled=tuple(rolled), restricted=restricted,
-                 where=None if where is None else str(where), keyed=keyed,
+                 where=None if where is None else str(where),
+                 keyed=tuple(p.view for p in plans if p.view in keyed),
                  sifted=tuple(p.view for p in plans if p.view in sifted)), planned
 
 
