@@ -76,6 +76,14 @@ WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 O
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 
+def mixed_wheres(keys: list[str]) -> list[str]:
+    """WHEREs ANDing a conjunct on ``keys`` only with one reading more: answered from a state
+    keyed by them, the first keeps whole groups of it, the second restricts the aggregates."""
+    on = [f"({keys[0]}) IS NOT NULL", f"({keys[-1]}) IS NULL"] if keys else []
+    on += [w for w in ("k1 <> 'c'", "k2 IN (0, 1, 2)") if w.split()[0] in keys]
+    return [f"{a} AND ({b})" for a in on for b in ("v > 3", "v % 3 = 0 OR x < 0")]
+
+
 @st.composite
 def aggregate_view(draw, name: str, keys: list[str] | None = None, where: str | None = None,
                    family_keys: list[str] | None = None) -> str:
@@ -284,7 +292,9 @@ def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
                                       min_size=1, max_size=3))]
     # now and then a view with a WHERE of its own: restricted to its rows, then regrouped;
     # one on the finer keys only keeps whole finer groups, regrouped without adding to the state
+    # and one ANDing such a WHERE with another does so with the first, restricted by the other
     on_keys = [f"{k} IS NOT NULL" for k in keys] + [f"{keys[1]} IS NULL"]
+    on_keys += mixed_wheres(keys)
     views = [draw(aggregate_view(f"v{i}", g, draw(st.sampled_from(["", *WHERES, *on_keys]))
                                  if i and draw(st.booleans()) else where, keys))
              for i, g in enumerate(groupings)]
@@ -302,8 +312,10 @@ def restricted_programs(draw) -> tuple[str, bool]:
     view restricted to its own (sharing on; rollup, or off as the twin)."""
     n_keys = draw(st.integers(0, 2))
     keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
-    # WHEREs on the GROUP BY keys only (of any type) read the view's groups of the state
+    # WHEREs on the GROUP BY keys only (of any type) read the view's groups of the state;
+    # ANDed with others, those restrict the aggregates and the first the groups
     on_keys = [f"{k} IS NOT NULL" for k in keys] + [f"{k} IS NULL" for k in keys[:1]]
+    on_keys += draw(st.lists(st.sampled_from(mixed_wheres(keys)), max_size=2)) if keys else []
     wheres = draw(st.lists(st.sampled_from(["", *WHERES, *on_keys]), min_size=2, max_size=3,
                            unique=True))
     views = [draw(aggregate_view(f"v{i}", keys, w, keys)) for i, w in enumerate(wheres)]
@@ -432,6 +444,8 @@ def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[
               f"{sum(len(s.keyed) for s in compiled.shares)}")
         event(f"views regrouping the state's rows their WHERE keeps: "
               f"{sum(len(s.sifted) for s in compiled.shares)}")
+        event(f"of those two, with other conjuncts restricting their aggregates: "
+              f"{sum(len(s.parted) for s in compiled.shares)}")
         event(f"views regrouped by a function of the finer keys: "
               f"{sum(bool(p.answer.rollup and p.answer.rollup.derived) for p in compiled.plans)}")
         event(f"driver-side path for batches of at most {local_rows} rows")

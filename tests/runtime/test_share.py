@@ -705,6 +705,49 @@ def test_coarser_views_whose_where_reads_the_finer_keys_regroup_the_rows_it_keep
     assert _states(warehouse) == {share.owner}
 
 
+#: A WHERE reading x (not one of by_kp's keys): its aggregates restricted to its rows.
+BIG_X = ("CREATE VIEW big_x AS SELECT k, v % 2 AS p, SUM(v) AS s, COUNT(*) AS n, MIN(v) AS low, "
+         "MAX(x) AS top FROM t WHERE x > 1 GROUP BY k, v % 2;\n")
+#: The same WHERE ANDed with conjuncts on the keys: of by_kp's grouping (a HAVING on k) and
+#: coarser (the finer groups of odd v kept, then regrouped by k).
+KEPT_BIG_X = ("CREATE VIEW kept_big_x AS SELECT k, v % 2 AS p, COUNT(*) AS n, MIN(v) AS low "
+              "FROM t WHERE k <> 'a' AND x > 1 GROUP BY k, v % 2;\n")
+ODD_BIG_X = ("CREATE VIEW odd_big_x AS SELECT k, SUM(v) AS s, MAX(x) AS top FROM t "
+             "WHERE v % 2 = 1 AND (x > 1) GROUP BY k;\n")
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_a_where_s_conjuncts_on_the_state_s_keys_add_nothing_to_it(spark, dirs, local_rows):
+    """Of a WHERE ANDing conjuncts on the state's keys with others, only the others restrict
+    the view's aggregates (CASE WHEN); those on the keys keep whole groups of the state (a
+    HAVING on its keys, or its finer groups kept before they are regrouped).  Views whose
+    other conjuncts are another view's WHERE then add nothing to the state: added to a
+    running program, they publish from it at once.  Their answers equal DuckDB's after
+    every batch, a delete of a kept row (b, 5, 2.0 in batch 2) included."""
+    landing, warehouse = dirs
+    before = compile_text(ROLLUP + TABLE + BY_KP + BIG_X, name="shop")
+    for seq in range(3):
+        _land(landing, seq)
+        Pipeline(before, landing, warehouse, spark=spark, local_rows=local_rows).run()
+    after = compile_text(ROLLUP + TABLE + BY_KP + BIG_X + KEPT_BIG_X + ODD_BIG_X, name="shop")
+    (share,) = after.shares
+    assert (share.keyed, share.sifted) == (("kept_big_x",), ("odd_big_x",))
+    assert share.parted == (("kept_big_x", "x > 1"), ("odd_big_x", "x > 1"))
+    assert after.plan("odd_big_x").state_fingerprint == before.plan("by_kp").state_fingerprint
+    explained = explain_program(after)
+    assert "kept_big_x (WHERE k <> 'a' AND x > 1) reads it restricted to the rows of x > 1" \
+        in explained
+    assert "only the rows of it the rest of its WHERE keeps, regrouped" in explained
+    pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=local_rows)
+    assert pipeline.run().applied == []  # a(state) at batch 2, from the state's aggregates
+    _check(warehouse, after, 2)
+    for seq in range(3, len(BATCHES)):
+        _land(landing, seq)
+        Pipeline(after, landing, warehouse, spark=spark, local_rows=local_rows).run()
+        _check(warehouse, after, seq)
+    assert _states(warehouse) == {share.owner}
+
+
 DAYS = "-- incr: buckets = 2\nCREATE TABLE s (day DATE, k VARCHAR, v BIGINT);\n"
 DAILY = "CREATE VIEW daily AS SELECT day, k, SUM(v) AS s, COUNT(*) AS n FROM s GROUP BY day, k;\n"
 #: Grouped by functions of daily's keys (seed 003's lineage-key algebra: a day falls in one

@@ -10,33 +10,35 @@ CGMRR when they aggregate the same measure with different functions, CGRR when t
 aggregate different measures, and a shared join when their input is one join.
 
 Views with different WHEREs share too: a WHERE is a restriction of the measure (seed 003's
-HIFUN query ``(g, m/E, op)``), so a view whose WHERE is not the state's reads its
-aggregates of the rows its WHERE keeps, ``CASE WHEN where THEN arg END`` (COUNT(*) counts
-such a CASE of 1), and only the groups with one such row, by a HAVING on their count
+HIFUN query ``(g, m/E, op)``), so a view whose WHERE is not the state's reads its aggregates
+of the rows its WHERE keeps, ``CASE WHEN where THEN arg END`` (COUNT(*) counts such a CASE
+of 1), and only the groups with one such row, by a HAVING on their count
 (:func:`_restricted`); a WHERE on the view's GROUP BY keys only is a HAVING on them, over
-its groups of the state.  The state reads the rows any of its views reads: every row when
-one of them has no WHERE, else those of their WHEREs ORed.  For each
-such group it compiles one merged Aggregate (every distinct aggregate call of the group)
-through the per-view passes after ``lineage``: its state tables, h, ⊗, ⊗̃ and ⊗̂ are the
-group's.  Each view keeps its own answer function a, rewritten to read its aggregates
-from the merged state (:func:`~incr.compiler.passes.split_answer.answer_over_state`), so
-its answer is what it was, computed from the shared state; HAVING, ORDER BY and LIMIT
-stay the view's.
+its groups of the state, and of a WHERE ANDing such conjuncts with others, only the others
+restrict the aggregates (:func:`_parted`), so two views whose WHEREs differ only by
+conjuncts on their keys read the same aggregates of the state.  The state reads the rows any
+of its views reads: every row when one of them has no WHERE, else those of their WHEREs
+ORed.  For each such group it compiles one merged Aggregate (every distinct aggregate call of
+the group) through the per-view passes after ``lineage``: its state tables, h, ⊗, ⊗̃ and ⊗̂
+are the group's.  Each view keeps its own answer function a, rewritten to read its aggregates
+from the merged state (:func:`~incr.compiler.passes.split_answer.answer_over_state`), so its
+answer is what it was, computed from the shared state; HAVING, ORDER BY and LIMIT stay the
+view's.
 
-With ``-- incr: share = rollup`` a group grouped by some of another group's keys joins
-it too (seed 003's BRR; CMORR when two such groupings combine into the state's), and so
-does one grouped by functions of them (``month(day)`` beside ``day``: the lineage-key
-algebra's general case, each finer group falling in one coarse group): its views
-read the state regrouped by their own keys, each monoid element combined by the SQL
-aggregate that is its ⊗ (:attr:`~incr.algebra.monoids.Monoid.sql_regroup`), each bag by
-value with its counts summed (:class:`~incr.compiler.plan.Rollup`); a WHERE of such a view
-that reads only the state's keys keeps the state's rows it holds before they are regrouped,
-adding nothing to the state (:func:`_sifting`).  Only a grouping some
-view keeps is a state: one made up to combine groupings no view asks for could hold far
-more rows than any of them.  A regrouped answer follows by change from the rows of the
-coarse groups a batch touched, but those rows are spread over the state's buckets (every
-bucket is scanned for them), and a batch touching most groups rewrites it from the whole
-state; so this is a choice, not the default.
+With ``-- incr: share = rollup`` a group grouped by some of another group's keys joins it
+too (seed 003's BRR; CMORR when two such groupings combine into the state's), and so does
+one grouped by functions of them (``month(day)`` beside ``day``: the lineage-key algebra's
+general case, each finer group falling in one coarse group): its views read the state
+regrouped by their own keys, each monoid element combined by the SQL aggregate that is its ⊗
+(:attr:`~incr.algebra.monoids.Monoid.sql_regroup`), each bag by value with its counts summed
+(:class:`~incr.compiler.plan.Rollup`); a WHERE of such a view that reads only the state's
+keys keeps the state's rows it holds before they are regrouped, adding nothing to the state,
+as do such conjuncts of one that reads more (:func:`_parted`).  Only a grouping some view
+keeps is a state: one made up to combine groupings no view asks for could hold far more rows
+than any of them.  A regrouped answer follows by change from the rows of the coarse groups a
+batch touched, but those rows are spread over the state's buckets (every bucket is scanned
+for them), and a batch touching most groups rewrites it from the whole state; so this is a
+choice, not the default.
 
 Exactness is unchanged: the merged state holds every monoid element and bag each view
 needs (monoid inference lays them out as for one view computing all the aggregates), and
@@ -132,11 +134,14 @@ class Share:
     #: The WHERE of the rows the state reads (None: every row of its input).
     where: str | None = None
     #: Those of :attr:`restricted` whose WHERE reads only their GROUP BY keys: they read
-    #: their groups of the state, adding nothing to it.
+    #: their groups of the state, adding nothing to it (see :attr:`parted`).
     keyed: tuple[str, ...] = ()
     #: Those of :attr:`restricted`, answered regrouped, whose WHERE reads only the state's
     #: GROUP BY keys: they regroup the state's rows it keeps, adding nothing to it.
     sifted: tuple[str, ...] = ()
+    #: Those of :attr:`keyed` and :attr:`sifted` whose WHERE does so only in part (some of
+    #: its conjuncts), each with the other conjuncts, which restrict its aggregates.
+    parted: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         """One line for ``incr explain``."""
@@ -150,14 +155,23 @@ class Share:
                 f"{self.rule} ({how}) over {what}, {rows}, GROUP BY {by}")
         groups = ", and only the groups with such a row" if self.grouping else ""
         plain = set(self.keyed) | set(self.sifted)
+        parted = dict(self.parted)
         line += self._readers(lambda v: v not in plain, lambda whose: (
             f"it restricted to the rows of {whose} WHERE (CASE WHEN in each aggregate{groups})"))
-        line += self._readers(lambda v: v in self.keyed, lambda whose: (
+        line += self._readers(lambda v: v in self.keyed and v not in parted, lambda whose: (
             f"only {whose} groups of it (a WHERE on the GROUP BY keys, answered as a HAVING: "
             f"nothing added to the state)"))
-        line += self._readers(lambda v: v in self.sifted, lambda whose: (
+        line += self._readers(lambda v: v in self.sifted and v not in parted, lambda whose: (
             f"only the rows of it {whose} WHERE keeps, regrouped (a WHERE on the state's "
             f"GROUP BY keys: nothing added to the state)"))
+        wheres = dict(self.restricted)
+        for view, rest in self.parted:
+            kept = ("only its groups of it the rest of its WHERE keeps (conjuncts on the GROUP BY "
+                    "keys, answered as a HAVING)" if view in self.keyed else
+                    "only the rows of it the rest of its WHERE keeps, regrouped (conjuncts on the "
+                    "state's GROUP BY keys)")
+            line += (f"; {view} (WHERE {wheres[view]}) reads it restricted to the rows of {rest} "
+                     f"(CASE WHEN in each aggregate{groups}) and {kept}")
         if self.rolled:
             each = ", ".join(f"{v} (GROUP BY {', '.join(keys)})" for v, keys in self.rolled)
             verb = "is" if len(self.rolled) == 1 else "are"
@@ -543,6 +557,14 @@ def _reading(c: Compilation, where: Scalar | None) -> Compilation:
     return replace(c, rel=_replace_node(c.rel, agg, replace(agg, child=child)))
 
 
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    """The conjuncts of a WHERE, ANDs nested in parentheses flattened too."""
+    node = node.unnest()
+    if isinstance(node, exp.And):
+        return _conjuncts(node.left) + _conjuncts(node.right)
+    return [node]
+
+
 def _on_keys(c: Compilation) -> Scalar | None:
     """``c``'s WHERE over its GROUP BY keys (their names in the IR), if it reads nothing else.
 
@@ -555,22 +577,50 @@ def _on_keys(c: Compilation) -> Scalar | None:
     return _over_state(where, {k.expr.sql: k.name for k in agg.keys})
 
 
-def _sifting(c: Compilation, theta: Mapping[str, str]) -> Scalar | None:
-    """``c``'s WHERE over a finer state's θ columns, if it reads nothing else.
+def _parted(c: Compilation, theta: Mapping[str, str]) -> tuple[Scalar | None, Scalar | None]:
+    """``c``'s WHERE, answered from a state keyed by ``theta``: what it keeps of the state.
 
-    ``theta`` holds θ's columns by expression; ``c`` is answered from that state regrouped.
-    Such a WHERE keeps every row of a finer group or none, so it keeps rows of the state
-    before they are regrouped (:attr:`~incr.compiler.plan.Rollup.where`) and adds nothing
-    to it.  None for a view of the state's own grouping (:func:`_on_keys` covers it), and
-    when the WHERE reads a column θ does not determine.
+    That is ``(over the state, over the input)``, None for no such part.  The first part is
+    the conjuncts that read only what the state's keys are, over its columns: for a view of
+    the state's own grouping, its GROUP BY keys (a HAVING on its groups of the state,
+    :func:`_restricted`); for a view regrouped from a finer state, θ's columns (each finer
+    group kept whole or not at all before it is regrouped,
+    :attr:`~incr.compiler.plan.Rollup.where`).  Either keeps every row of a group of the
+    state or none, so it adds nothing to the state.  The rest restricts the view's aggregates
+    (CASE WHEN), which adds to the state.
+
+    A WHERE all of one part keeps its text whole, as before WHEREs were split (so do the
+    fingerprints of the states and answers built then).  A global aggregate answers its
+    one row whatever its WHERE keeps: all of its WHERE is the rest.  ``theta`` holds θ's
+    columns by expression (:func:`_theta`).
     """
     where = _where(c)
-    if where is None or set(_theta(c)) == set(theta):
-        return None
-    return _over_state(where, theta)
+    if where is None:
+        return None, None
+    agg = _aggregate(c)
+    if set(_theta(c)) != set(theta):
+        names: Mapping[str, str] = theta
+    elif agg.keys:
+        names = {k.expr.sql: k.name for k in agg.keys}
+    else:
+        return None, where
+    whole = _over_state(where, names)
+    if whole is not None:
+        return whole, None
+    kept: list[exp.Expr] = []
+    rest: list[exp.Expr] = []
+    for part in _conjuncts(where.tree()):
+        over = _over_state(Scalar.of(part), names)
+        if over is None:
+            rest.append(part)
+        else:
+            kept.append(over.tree())
+    if not kept:
+        return None, where
+    return Scalar.of(exp.and_(*kept)), Scalar.of(exp.and_(*rest))
 
 
-def _restricted(c: Compilation) -> Compilation:
+def _restricted(c: Compilation, keys: Scalar | None = None) -> Compilation:
     """``c`` over its input without its WHERE, each aggregate restricted to its WHERE's rows.
 
     That is seed 003's measure restricted, ``m/E``.
@@ -582,16 +632,17 @@ def _restricted(c: Compilation) -> Compilation:
     0, ANDed with the view's own.  A global aggregate answers its one row however many
     rows its WHERE keeps, as it did.
 
-    A grouped view whose WHERE reads only what its GROUP BY keys are (:func:`_on_keys`)
-    keeps every row of a group or none: its aggregates stay as they are, and the WHERE
-    becomes a HAVING on its keys, so it adds nothing to the state.
+    ``keys``: the conjuncts of the view's WHERE that read only its GROUP BY keys, over
+    them (:func:`_parted`; ``c`` then reads the rows of the other conjuncts, or all).
+    They keep every row of a group or none: a HAVING on the keys, before the count's, over
+    its groups of the state, which adds nothing to the state.
     """
     where = _where(c)
-    assert where is not None, f"view {c.view.name} has no WHERE to restrict by"
+    assert where is not None or keys is not None, f"view {c.view.name} has no WHERE"
     agg = _aggregate(c)
-    having = _on_keys(c)
-    if having is not None:  # every row of a group is kept, or none: its groups of the state
-        restricted = replace(agg, child=_unfiltered(agg.child))
+    having = keys
+    if where is None:  # every row of a group is kept, or none: its groups of the state
+        restricted = agg
     else:
         def kept(arg: exp.Expr) -> Scalar:
             return Scalar.of(exp.Case().when(where.tree(), arg))
@@ -604,7 +655,8 @@ def _restricted(c: Compilation) -> Compilation:
             taken = {a.name for a in agg.aggs}
             rows = next(f"_a{i}" for i in range(len(taken) + 1) if f"_a{i}" not in taken)
             aggs += (NamedAgg(rows, AggCall("count", kept(one))),)
-            having = Scalar(f"{rows} > 0")
+            some = Scalar(f"{rows} > 0")
+            having = some if keys is None else Scalar.of(exp.and_(keys.tree(), some.tree()))
         restricted = replace(agg, child=_unfiltered(agg.child), aggs=aggs)
 
     def above(rel: Rel) -> Rel:
@@ -643,12 +695,33 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     theta = _theta(merging[0][1])
     restricted = tuple((p.view, str(w)) for p, c in zip(plans, members)
                        for w in [_where(c)] if w != where and w is not None)
-    # Of the views restricted to their WHERE, those it adds nothing to the state for.
-    keyed = {n for n, c in merging if _where(c) != where and _on_keys(c) is not None}
-    sifted = {n: w for n, c in merging if _where(c) != where and n not in keyed
-              for w in [_sifting(c, theta)] if w is not None}
-    merging = [(n, c if _where(c) == where else _reading(c, None) if n in sifted
-                else _restricted(c)) for n, c in merging]
+    # Of the views restricted to their WHERE, those read by their groups of the state
+    # (keyed: a HAVING on their keys) or by its rows their WHERE keeps before they are
+    # regrouped (sifted), whole or in part; the rest of such a WHERE restricts them.
+    keyed: dict[str, Scalar] = {}
+    sifted: dict[str, Scalar] = {}
+    rests: dict[str, Scalar] = {}
+    for n, c in merging:
+        if _where(c) == where:
+            continue
+        whole = _on_keys(c)
+        kept, rest = (whole, None) if whole is not None else _parted(c, theta)
+        if kept is not None:
+            regrouped = whole is None and set(_theta(c)) != set(theta)
+            (sifted if regrouped else keyed)[n] = kept
+            if rest is not None:
+                rests[n] = rest
+
+    def reading_state(n: str, c: Compilation) -> Compilation:
+        if _where(c) == where:
+            return c
+        if n not in keyed and n not in sifted:
+            return _restricted(c)
+        if n in sifted and n not in rests:
+            return _reading(c, None)
+        return _restricted(_reading(c, rests.get(n)), keyed.get(n))
+
+    merging = [(n, reading_state(n, c)) for n, c in merging]
     by_merged = dict(merging)
     members = [by_merged[p.view] for p in plans]
     first = _reading(_widened(program, [c for _, c in merging]), where)
@@ -715,7 +788,9 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  rolled=tuple(rolled), restricted=restricted,
                  where=None if where is None else str(where),
                  keyed=tuple(p.view for p in plans if p.view in keyed),
-                 sifted=tuple(p.view for p in plans if p.view in sifted)), planned
+                 sifted=tuple(p.view for p in plans if p.view in sifted),
+                 parted=tuple((p.view, str(rests[p.view])) for p in plans if p.view in rests)
+                 ), planned
 
 
 def _regrouped(table: StateTable) -> Regrouped:

@@ -30,9 +30,9 @@ VIEWS = (
 )
 
 
-def main(out: Path) -> None:
+def main(out: Path, views: tuple[str, ...] = VIEWS) -> None:
     """Lands the stream under ``out``, applies it run by run, and prints what it measured."""
-    text = "-- incr: buckets = 8\n-- incr: share = rollup\n" + sharing.SOURCES + "\n".join(VIEWS)
+    text = "-- incr: buckets = 8\n-- incr: share = rollup\n" + sharing.SOURCES + "\n".join(views)
     spark = spark_session()
     shutil.rmtree(out, ignore_errors=True)
     steps = sharing.land(out / "data", 200_000, 1000, 12)
