@@ -107,6 +107,18 @@ def _states(warehouse: Path) -> set[str]:
     return {p.name for p in (warehouse / "state").iterdir()}
 
 
+def _run_batches(compiled: CompiledProgram, dirs: tuple[Path, Path], spark, seqs: range,
+                 local_rows: int = 1000, check: bool = False) -> None:
+    """Lands batches ``seqs`` one at a time and runs ``compiled`` after each (``check``:
+    then every view against DuckDB)."""
+    landing, warehouse = dirs
+    for seq in seqs:
+        _land(landing, seq)
+        Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows).run()
+        if check:
+            _check(warehouse, compiled, seq)
+
+
 def test_views_sharing_a_state_fold_each_batch_once(spark, dirs):
     landing, warehouse = dirs
     compiled = compile_text(TABLE + TOTALS + EXTREMES + FILTERED + BY_V, name="shop")
@@ -306,9 +318,7 @@ NOT_B = ("CREATE VIEW not_b AS SELECT k, SUM(v) AS s, MAX(x) AS top FROM t WHERE
 def test_a_view_added_to_a_shared_state_publishes_from_it(spark, dirs, added):
     landing, warehouse = dirs
     before = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
-    for seq in range(3):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    _run_batches(before, dirs, spark, range(3))
     # ``average`` needs a sum and a count of v, which the shared state keeps already; so
     # does ``not_b`` the sum, the row count and the bag of x, for its groups.
     after = compile_text(TABLE + TOTALS + EXTREMES + added, name="shop")
@@ -316,9 +326,7 @@ def test_a_view_added_to_a_shared_state_publishes_from_it(spark, dirs, added):
     report = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
     assert report.applied == []  # no batch read again: a(state) at batch 2
     _check(warehouse, after, 2)
-    _land(landing, 3)
-    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
-    _check(warehouse, after, 3)
+    _run_batches(after, dirs, spark, range(3, 4), check=True)
 
 
 def test_sharing_switched_on_keeps_served_views_apart_until_a_refresh(spark, dirs):
@@ -329,9 +337,7 @@ def test_sharing_switched_on_keeps_served_views_apart_until_a_refresh(spark, dir
     views = TOTALS + EXTREMES
     off = compile_text("-- incr: share = off\n" + TABLE + views, name="shop")
     on = compile_text(TABLE + views, name="shop")
-    for seq in range(2):
-        _land(landing, seq)
-        Pipeline(off, landing, warehouse, spark=spark, local_rows=1000).run()
+    _run_batches(off, dirs, spark, range(2))
     assert _states(warehouse) == {"totals", "extremes"}
     _land(landing, 2)
     report = Pipeline(on, landing, warehouse, spark=spark, local_rows=1000).run()
@@ -362,9 +368,7 @@ def test_a_view_with_new_aggregates_shares_nothing_with_served_views_until_a_ref
     a refresh of any of them builds one state for all three, and the others are removed."""
     landing, warehouse = dirs
     before = compile_text(TABLE + TOTALS + EXTREMES, name="shop")
-    for seq in range(2):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    _run_batches(before, dirs, spark, range(2))
     more = ("CREATE VIEW spread AS SELECT k, SUM(x) AS sx, STDDEV_POP(x) AS sd FROM t GROUP BY k;\n"
             "CREATE VIEW widest AS SELECT k, MAX(x) - MIN(x) AS w FROM t GROUP BY k;\n")
     after = compile_text(TABLE + TOTALS + EXTREMES + more, name="shop")
@@ -405,9 +409,7 @@ def test_views_removed_from_a_shared_state_leave_the_others_as_they_are(spark, d
     landing, warehouse = dirs
     before = compile_text(TABLE + TOTALS + EXTREMES + AVERAGE, name="shop")
     (share,) = before.shares
-    for seq in range(2):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    _run_batches(before, dirs, spark, range(2))
     generation = before.plan("totals").state_fingerprint
     assert _states(warehouse) == {share.owner}
 
@@ -683,9 +685,7 @@ def test_coarser_views_whose_where_reads_the_finer_keys_regroup_the_rows_it_keep
     WHERE keeps (b's odd v, batch 2) included."""
     landing, warehouse = dirs
     before = compile_text(ROLLUP + TABLE + BY_KP + BY_K, name="shop")
-    for seq in range(3):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=local_rows).run()
+    _run_batches(before, dirs, spark, range(3), local_rows)
     after = compile_text(ROLLUP + TABLE + BY_KP + BY_K + ODD_K + NOT_A, name="shop")
     (share,) = after.shares
     assert share.sifted == ("odd_k", "not_a") and not share.keyed
@@ -698,10 +698,7 @@ def test_coarser_views_whose_where_reads_the_finer_keys_regroup_the_rows_it_keep
     _check(warehouse, after, 2)
     answer, _ = read_answer(warehouse, after.plan("odd_k"))
     assert "b" not in answer.column("k").to_pylist()
-    for seq in range(3, len(BATCHES)):
-        _land(landing, seq)
-        Pipeline(after, landing, warehouse, spark=spark, local_rows=local_rows).run()
-        _check(warehouse, after, seq)
+    _run_batches(after, dirs, spark, range(3, len(BATCHES)), local_rows, check=True)
     assert _states(warehouse) == {share.owner}
 
 
@@ -726,9 +723,7 @@ def test_a_where_s_conjuncts_on_the_state_s_keys_add_nothing_to_it(spark, dirs, 
     every batch, a delete of a kept row (b, 5, 2.0 in batch 2) included."""
     landing, warehouse = dirs
     before = compile_text(ROLLUP + TABLE + BY_KP + BIG_X, name="shop")
-    for seq in range(3):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=local_rows).run()
+    _run_batches(before, dirs, spark, range(3), local_rows)
     after = compile_text(ROLLUP + TABLE + BY_KP + BIG_X + KEPT_BIG_X + ODD_BIG_X, name="shop")
     (share,) = after.shares
     assert (share.keyed, share.sifted) == (("kept_big_x",), ("odd_big_x",))
@@ -741,10 +736,7 @@ def test_a_where_s_conjuncts_on_the_state_s_keys_add_nothing_to_it(spark, dirs, 
     pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=local_rows)
     assert pipeline.run().applied == []  # a(state) at batch 2, from the state's aggregates
     _check(warehouse, after, 2)
-    for seq in range(3, len(BATCHES)):
-        _land(landing, seq)
-        Pipeline(after, landing, warehouse, spark=spark, local_rows=local_rows).run()
-        _check(warehouse, after, seq)
+    _run_batches(after, dirs, spark, range(3, len(BATCHES)), local_rows, check=True)
     assert _states(warehouse) == {share.owner}
 
 
@@ -864,9 +856,7 @@ def test_a_coarser_view_added_beside_a_finer_state_publishes_from_it(spark, dirs
     added beside it shares only after a refresh.)"""
     landing, warehouse = dirs
     before = compile_text(ROLLUP + TABLE + BY_KP + BY_K, name="shop")
-    for seq in range(3):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    _run_batches(before, dirs, spark, range(3))
     coarse = "CREATE VIEW totals AS SELECT k, SUM(v) AS s, MAX(x) AS top FROM t GROUP BY k;\n"
     after = compile_text(ROLLUP + TABLE + BY_KP + BY_K + coarse, name="shop")
     (share,) = after.shares
@@ -875,9 +865,7 @@ def test_a_coarser_view_added_beside_a_finer_state_publishes_from_it(spark, dirs
     assert pipeline.compiled.plan("totals").shares == share.owner
     assert pipeline.run().applied == []  # a(state) at batch 2, regrouped
     _check(warehouse, after, 2)
-    _land(landing, 3)
-    Pipeline(after, landing, warehouse, spark=spark, local_rows=1000).run()
-    _check(warehouse, after, 3)
+    _run_batches(after, dirs, spark, range(3, 4), check=True)
     assert _states(warehouse) == {share.owner}
 
 
@@ -887,9 +875,7 @@ def test_the_finer_view_removed_leaves_the_coarser_ones_their_state(spark, dirs)
     landing, warehouse = dirs
     before = compile_text(ROLLUP + TABLE + BY_KP + BY_K + BY_P, name="shop")
     (share,) = before.shares
-    for seq in range(2):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    _run_batches(before, dirs, spark, range(2))
     after = compile_text(ROLLUP + TABLE + BY_K + BY_P, name="shop")
     _land(landing, 2)
     pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000)
@@ -972,9 +958,7 @@ def test_a_coarser_view_added_beside_a_lone_view_shares_after_a_refresh(spark, d
     it builds its own (explain says why) until a refresh regroups the two into one state."""
     landing, warehouse = dirs
     before = compile_text(ROLLUP + TABLE + BY_KP, name="shop")
-    for seq in range(2):
-        _land(landing, seq)
-        Pipeline(before, landing, warehouse, spark=spark, local_rows=1000).run()
+    _run_batches(before, dirs, spark, range(2))
     coarse = "CREATE VIEW totals AS SELECT k, SUM(v) AS s, MAX(x) AS top FROM t GROUP BY k;\n"
     after = compile_text(ROLLUP + TABLE + BY_KP + coarse, name="shop")
     pipeline = Pipeline(after, landing, warehouse, spark=spark, local_rows=1000)

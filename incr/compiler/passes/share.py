@@ -635,10 +635,11 @@ def _restricted(c: Compilation, keys: Scalar | None = None) -> Compilation:
     ``keys``: the conjuncts of the view's WHERE that read only its GROUP BY keys, over
     them (:func:`_parted`; ``c`` then reads the rows of the other conjuncts, or all).
     They keep every row of a group or none: a HAVING on the keys, before the count's, over
-    its groups of the state, which adds nothing to the state.
+    its groups of the state, which adds nothing to the state.  With neither (a view whose
+    WHERE keeps finer groups it regroups, :attr:`~incr.compiler.plan.Rollup.where`), ``c``
+    is returned as it is.
     """
     where = _where(c)
-    assert where is not None or keys is not None, f"view {c.view.name} has no WHERE"
     agg = _aggregate(c)
     having = keys
     if where is None:  # every row of a group is kept, or none: its groups of the state
@@ -697,31 +698,20 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                        for w in [_where(c)] if w != where and w is not None)
     # Of the views restricted to their WHERE, those read by their groups of the state
     # (keyed: a HAVING on their keys) or by its rows their WHERE keeps before they are
-    # regrouped (sifted), whole or in part; the rest of such a WHERE restricts them.
+    # regrouped (sifted), whole or in part; the rest of each WHERE restricts the aggregates.
     keyed: dict[str, Scalar] = {}
     sifted: dict[str, Scalar] = {}
-    rests: dict[str, Scalar] = {}
+    rests: dict[str, Scalar | None] = {}
     for n, c in merging:
         if _where(c) == where:
             continue
         whole = _on_keys(c)
-        kept, rest = (whole, None) if whole is not None else _parted(c, theta)
+        kept, rests[n] = (whole, None) if whole is not None else _parted(c, theta)
         if kept is not None:
             regrouped = whole is None and set(_theta(c)) != set(theta)
             (sifted if regrouped else keyed)[n] = kept
-            if rest is not None:
-                rests[n] = rest
-
-    def reading_state(n: str, c: Compilation) -> Compilation:
-        if _where(c) == where:
-            return c
-        if n not in keyed and n not in sifted:
-            return _restricted(c)
-        if n in sifted and n not in rests:
-            return _reading(c, None)
-        return _restricted(_reading(c, rests.get(n)), keyed.get(n))
-
-    merging = [(n, reading_state(n, c)) for n, c in merging]
+    merging = [(n, _restricted(_reading(c, rests[n]), keyed.get(n)) if n in rests else c)
+               for n, c in merging]
     by_merged = dict(merging)
     members = [by_merged[p.view] for p in plans]
     first = _reading(_widened(program, [c for _, c in merging]), where)
@@ -789,7 +779,8 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  where=None if where is None else str(where),
                  keyed=tuple(p.view for p in plans if p.view in keyed),
                  sifted=tuple(p.view for p in plans if p.view in sifted),
-                 parted=tuple((p.view, str(rests[p.view])) for p in plans if p.view in rests)
+                 parted=tuple((v, str(rests[v])) for v in (p.view for p in plans)
+                              if (v in keyed or v in sifted) and rests[v] is not None)
                  ), planned
 
 
