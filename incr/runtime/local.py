@@ -65,6 +65,8 @@ _ALLOWED = (
     exp.Add, exp.Sub, exp.Mul, exp.Div, exp.SafeDivide, exp.Neg, exp.Abs, exp.Greatest,
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
     exp.And, exp.Or, exp.Not, exp.Is, exp.Case, exp.If, exp.Coalesce,
+    exp.In,  # of a list: x = a OR x = b ... in both engines, NULLs alike (not of a subquery)
+    exp.Between,  # x >= low AND x <= high in both engines (not SYMMETRIC)
     exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt, exp.IsNan,
     exp.Pow,  # only 2^n for an integer n (see _exact_power), exact in both engines
     exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam,
@@ -134,6 +136,14 @@ def _kept(spark_sql: str, bucket: Bucket | None, kept: DiskCache) -> Prepared | 
     return answer
 
 
+def _other_form(node: exp.Expr) -> bool:
+    """Whether ``node`` is a form outside the driver-side set of a node within it: an IN of
+    a subquery (or an UNNEST), a BETWEEN SYMMETRIC."""
+    if isinstance(node, exp.In):
+        return any(node.args.get(a) for a in ("query", "unnest", "field"))
+    return isinstance(node, exp.Between) and bool(node.args.get("symmetric"))
+
+
 @per_engine("compiled SQL", DRIVER)
 @lru_cache(maxsize=512)
 def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
@@ -166,6 +176,8 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
         if isinstance(node, _TEXT) and isinstance(node.this, exp.Literal) \
                 and not node.this.name.isascii():
             return f"it uses {node.sql(dialect='spark')[:60]} of text beyond ASCII"
+        if _other_form(node):
+            return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
         if isinstance(node, exp.TimestampTrunc) and _truncation(node) is None:
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
         if not isinstance(node, _ALLOWED):

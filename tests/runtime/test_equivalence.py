@@ -306,23 +306,32 @@ def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
 
 
 @st.composite
-def restricted_programs(draw) -> tuple[str, bool]:
+def restricted_programs(draw, same_rest: bool = False) -> tuple[str, bool]:
     """A family over one input and grouping whose views each have a WHERE of their own (or
     none), two of them at least different: one state of the rows any of them reads, each
-    view restricted to its own (sharing on; rollup, or off as the twin)."""
-    n_keys = draw(st.integers(0, 2))
+    view restricted to its own (sharing on; rollup, or off as the twin).
+
+    ``same_rest``: always WHEREs of one conjunct off the keys, ANDed with different ones on
+    them or alone, and sharing on or rollup.
+    """
+    n_keys = draw(st.integers(1 if same_rest else 0, 2))
     keys = draw(st.lists(st.sampled_from(KEYS), min_size=n_keys, max_size=n_keys, unique=True))
     # WHEREs on the GROUP BY keys only (of any type) read the view's groups of the state;
     # ANDed with others, those restrict the aggregates and the first the groups
     on_keys = [f"{k} IS NOT NULL" for k in keys] + [f"{k} IS NULL" for k in keys[:1]]
     on_keys += draw(st.lists(st.sampled_from(mixed_wheres(keys)), max_size=2)) if keys else []
-    wheres = draw(st.lists(st.sampled_from(["", *WHERES, *on_keys]), min_size=2, max_size=3,
-                           unique=True))
+    pool = ["", *WHERES, *on_keys]
+    if keys and (same_rest or draw(st.integers(0, 3)) == 0):
+        # one conjunct off the keys, ANDed with different ones on them or alone: the state
+        # reads its rows, and each view its groups of it, its aggregates unrestricted
+        rest = draw(st.sampled_from(["v > 3", "v % 3 = 0 OR x < 0"]))
+        pool = [rest, *(w for w in mixed_wheres(keys) if w.endswith(f"({rest})"))]
+    wheres = draw(st.lists(st.sampled_from(pool), min_size=2, max_size=3, unique=True))
     views = [draw(aggregate_view(f"v{i}", keys, w, keys)) for i, w in enumerate(wheres)]
     append_only = draw(st.booleans()) and draw(st.booleans())
     header = "-- incr: buckets = 4\n" + ("-- incr: append_only = t\n" if append_only else "")
     header += draw(st.sampled_from(["", "", "-- incr: share = rollup\n",
-                                    "-- incr: share = off\n"]))
+                                    *([] if same_rest else ["-- incr: share = off\n"])]))
     return header + TABLE + "\n" + "\n".join(views) + "\n", append_only
 
 
@@ -337,6 +346,19 @@ def test_views_with_their_own_wheres_equal_oracle_after_every_batch(spark, tmp_p
     own rows (aggregates of CASE WHEN, groups by a count), equal DuckDB after every batch:
     MIN, MAX and COUNT(DISTINCT) under deletes, HAVING, ORDER BY/LIMIT, global aggregates
     over none of their rows."""
+    run_and_check(spark, tmp_path_factory, program, ops, data)
+
+
+@settings(max_examples=max(EXAMPLES // 4, 3), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=restricted_programs(same_rest=True), ops=st.lists(
+    st.sampled_from(["insert", "insert", "delete"]), min_size=2, max_size=4), data=st.data())
+def test_views_whose_wheres_differ_by_conjuncts_on_their_keys_equal_oracle_after_every_batch(
+        spark, tmp_path_factory, program, ops, data):
+    """Views whose WHEREs AND one conjunct off their GROUP BY keys with different ones on
+    them (or have it alone) share a state of that conjunct's rows and read its aggregates
+    unrestricted, each its groups of it: they equal DuckDB after every batch, deletes of
+    rows no view keeps included."""
     run_and_check(spark, tmp_path_factory, program, ops, data)
 
 
@@ -444,8 +466,10 @@ def run_and_check(spark, tmp_path_factory, program: tuple[str, bool], ops: list[
               f"{sum(len(s.keyed) for s in compiled.shares)}")
         event(f"views regrouping the state's rows their WHERE keeps: "
               f"{sum(len(s.sifted) for s in compiled.shares)}")
-        event(f"of those two, with other conjuncts restricting their aggregates: "
+        event(f"of those two, with conjuncts off the keys too: "
               f"{sum(len(s.parted) for s in compiled.shares)}")
+        event(f"of them, conjuncts that are the state's WHERE (aggregates unrestricted): "
+              f"{sum(r == s.where for s in compiled.shares for _, r in s.parted)}")
         event(f"views regrouped by a function of the finer keys: "
               f"{sum(bool(p.answer.rollup and p.answer.rollup.derived) for p in compiled.plans)}")
         event(f"driver-side path for batches of at most {local_rows} rows")

@@ -71,6 +71,39 @@ def test_query_equals_spark_h_buckets_and_types_included(spark, view):
     _driver_equals_spark(spark, sql, batch)
 
 
+LISTS = """-- incr: buckets = 8
+CREATE TABLE s (x BIGINT, y BIGINT, name VARCHAR, d DECIMAL(9,2));
+CREATE VIEW listed AS SELECT x, name, SUM(y) AS s, COUNT(*) AS n FROM s
+  WHERE x NOT IN (1, 2) AND (name IN ('a', 'c', NULL) OR x IN (3, 4, 5))
+    AND y NOT BETWEEN 7 AND 8 GROUP BY x, name;
+"""
+
+
+def test_in_lists_and_between_equal_spark_nulls_included(spark):
+    """``IN`` and ``NOT IN`` of a list (literals, NULL among them, or columns) and ``BETWEEN``
+    are computed on the driver, equal to Spark's, NULL where a NULL leaves the answer
+    unknown: a WHERE on a view's keys (``region IN ('north', 'south')``) and the HAVING it
+    becomes run there, not in a Spark job.  ``IN`` of a subquery stays Spark's."""
+    compiled = compile_text(LISTS, path="lists.sql", name="lists")
+    rng = np.random.default_rng(5)
+    n = 400
+    batch = pa.table({
+        "x": pa.array(np.where(rng.random(n) < 0.1, None, rng.integers(-1, 7, n)), pa.int64()),
+        "y": pa.array(rng.integers(0, 9, n), pa.int64()),
+        "name": pa.array([[None, "a", "b", "c", "d"][i] for i in rng.integers(0, 5, n)]),
+        "d": pa.array([None if i % 9 == 0 else f"{i % 4}.25" for i in range(n)]).cast(
+            pa.decimal128(9, 2)),
+        "_row": pa.array(range(1, n + 1), pa.int64()),
+    })
+    _driver_equals_spark(spark, _h_sql(compiled, "listed"), batch)
+    truths = Query("SELECT _row, x IN (1, 2, NULL) AS a, x NOT IN (3, 4) AS b, "
+                   "name IN ('a', 'b') AS c, NOT name IN ('c') AS nc, d IN (1.25, 2.25) AS e, "
+                   "y IN (x, x + 1) AS f, y BETWEEN 2 AND 5 AS g, x NOT BETWEEN 0 AND 3 AS h, "
+                   "y BETWEEN x AND NULL AS i, d BETWEEN 1 AND 2.5 AS j FROM batch")
+    _driver_equals_spark(spark, truths, batch)
+    assert prepare("SELECT x FROM batch WHERE x IN (SELECT y FROM batch)") is None
+
+
 DATES = """-- incr: buckets = 8
 CREATE TABLE e (day DATE, at TIMESTAMP, note VARCHAR, v BIGINT);
 CREATE VIEW grains AS SELECT year(day) AS y, quarter(day) AS q, month(day) AS m,

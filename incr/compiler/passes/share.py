@@ -17,13 +17,14 @@ of 1), and only the groups with one such row, by a HAVING on their count
 its groups of the state, and of a WHERE ANDing such conjuncts with others, only the others
 restrict the aggregates (:func:`_parted`), so two views whose WHEREs differ only by
 conjuncts on their keys read the same aggregates of the state.  The state reads the rows any
-of its views reads: every row when one of them has no WHERE, else those of their WHEREs
-ORed.  For each such group it compiles one merged Aggregate (every distinct aggregate call of
-the group) through the per-view passes after ``lineage``: its state tables, h, ⊗, ⊗̃ and ⊗̂
-are the group's.  Each view keeps its own answer function a, rewritten to read its aggregates
-from the merged state (:func:`~incr.compiler.passes.split_answer.answer_over_state`), so its
-answer is what it was, computed from the shared state; HAVING, ORDER BY and LIMIT stay the
-view's.
+of its views reads: every row when one of them has no WHERE, the rows of their one WHERE
+when they have the same, else those of the parts of their WHEREs that restrict their
+aggregates ORed (:func:`_state_where`).  For each such group it compiles one merged
+Aggregate (every distinct aggregate call of the group) through the per-view passes after
+``lineage``: its state tables, h, ⊗, ⊗̃ and ⊗̂ are the group's.  Each view keeps its own
+answer function a, rewritten to read its aggregates from the merged state
+(:func:`~incr.compiler.passes.split_answer.answer_over_state`), so its answer is what it
+was, computed from the shared state; HAVING, ORDER BY and LIMIT stay the view's.
 
 With ``-- incr: share = rollup`` a group grouped by some of another group's keys joins it
 too (seed 003's BRR; CMORR when two such groupings combine into the state's), and so does
@@ -140,7 +141,8 @@ class Share:
     #: GROUP BY keys: they regroup the state's rows it keeps, adding nothing to it.
     sifted: tuple[str, ...] = ()
     #: Those of :attr:`keyed` and :attr:`sifted` whose WHERE does so only in part (some of
-    #: its conjuncts), each with the other conjuncts, which restrict its aggregates.
+    #: its conjuncts), each with the other conjuncts, which restrict its aggregates (unless
+    #: they are :attr:`where`: the state reads only their rows).
     parted: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
@@ -170,8 +172,10 @@ class Share:
                     "keys, answered as a HAVING)" if view in self.keyed else
                     "only the rows of it the rest of its WHERE keeps, regrouped (conjuncts on the "
                     "state's GROUP BY keys)")
-            line += (f"; {view} (WHERE {wheres[view]}) reads it restricted to the rows of {rest} "
-                     f"(CASE WHEN in each aggregate{groups}) and {kept}")
+            reads = (f"reads its aggregates unrestricted (its other conjuncts, {rest}, are the "
+                     f"state's WHERE)" if rest == self.where else
+                     f"reads it restricted to the rows of {rest} (CASE WHEN in each aggregate{groups})")
+            line += f"; {view} (WHERE {wheres[view]}) {reads} and {kept}"
         if self.rolled:
             each = ", ".join(f"{v} (GROUP BY {', '.join(keys)})" for v, keys in self.rolled)
             verb = "is" if len(self.rolled) == 1 else "are"
@@ -534,16 +538,25 @@ def _where(c: Compilation) -> Scalar | None:
     return child.predicate if isinstance(child, Filter) else None
 
 
-def _state_where(members: list[Compilation]) -> Scalar | None:
-    """The WHERE of the rows a state for ``members`` reads (None: every row).
+def _state_where(wheres: list[tuple[Scalar | None, Scalar | None]]) -> Scalar | None:
+    """The WHERE of the rows a state reads (None: every row).
 
-    None when one of them has none, else theirs ORed, in the order of their text, so the
-    state's name does not depend on the order of the views.
+    ``wheres``: for each of its views, its WHERE and the part of it that restricts its
+    aggregates (:func:`_parts`).  None when one of them has none; their one WHERE when they
+    have the same (its text whole, so such a state keeps its name and fingerprint); else the
+    parts ORed, in the order of their text, so the state's name does not depend on the order
+    of the views.  A WHERE's conjuncts on the state's keys keep every row of a group or none,
+    so they are left out of the OR: the state keeps every group's rows of the other
+    conjuncts, and a view added with other such conjuncts finds its rows there (a view added
+    with ``k = 'east' AND amount > 500`` beside ``k = 'west' AND amount > 500`` reads the
+    state as it is, where ORing the whole WHEREs would change it).  A WHERE all on the keys
+    stays in the OR whole: the groups it keeps are all it reads.
     """
-    wheres = [_where(c) for c in members]
-    if any(w is None for w in wheres):
+    if any(whole is None for whole, _ in wheres):
         return None
-    distinct = sorted({w for w in wheres if w is not None})
+    distinct = sorted({w for w, _ in wheres if w is not None})
+    if len(distinct) > 1:
+        distinct = sorted({part or whole for whole, part in wheres if whole is not None})
     if len(distinct) == 1:
         return distinct[0]
     return Scalar.of(exp.or_(*(w.tree() for w in distinct)))
@@ -620,6 +633,16 @@ def _parted(c: Compilation, theta: Mapping[str, str]) -> tuple[Scalar | None, Sc
     return Scalar.of(exp.and_(*kept)), Scalar.of(exp.and_(*rest))
 
 
+def _parts(c: Compilation, theta: Mapping[str, str]) -> tuple[Scalar | None, Scalar | None]:
+    """``c``'s WHERE read from a state keyed by ``theta``: ``(over the state's keys, the rest)``.
+
+    All of it is a HAVING on the view's own GROUP BY keys when it reads only them
+    (:func:`_on_keys`); else it is split as :func:`_parted` splits it.
+    """
+    whole = _on_keys(c)
+    return (whole, None) if whole is not None else _parted(c, theta)
+
+
 def _restricted(c: Compilation, keys: Scalar | None = None) -> Compilation:
     """``c`` over its input without its WHERE, each aggregate restricted to its WHERE's rows.
 
@@ -692,24 +715,29 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
     finest = next((set(_theta(c)) for _, c in merging if all(
         set(_theta(o)) == set(_theta(c)) or _refines(c, o) for _, o in merging)), None)
     merging.sort(key=lambda m: (set(_theta(m[1])) != finest, -len(_theta(m[1]))))
-    where = _state_where([c for _, c in merging])
     theta = _theta(merging[0][1])
+    parts = {n: _parts(c, theta) for n, c in merging}
+    where = _state_where([(_where(c), parts[n][1]) for n, c in merging])
     restricted = tuple((p.view, str(w)) for p, c in zip(plans, members)
                        for w in [_where(c)] if w != where and w is not None)
     # Of the views restricted to their WHERE, those read by their groups of the state
     # (keyed: a HAVING on their keys) or by its rows their WHERE keeps before they are
-    # regrouped (sifted), whole or in part; the rest of each WHERE restricts the aggregates.
+    # regrouped (sifted), whole or in part; the rest of each WHERE (split: when it is only
+    # a part) restricts the aggregates, unless it is the state's WHERE.
     keyed: dict[str, Scalar] = {}
     sifted: dict[str, Scalar] = {}
     rests: dict[str, Scalar | None] = {}
+    split: dict[str, Scalar] = {}
     for n, c in merging:
         if _where(c) == where:
             continue
-        whole = _on_keys(c)
-        kept, rests[n] = (whole, None) if whole is not None else _parted(c, theta)
+        kept, rest = parts[n]
+        rests[n] = None if rest == where else rest
         if kept is not None:
-            regrouped = whole is None and set(_theta(c)) != set(theta)
+            regrouped = _on_keys(c) is None and set(_theta(c)) != set(theta)
             (sifted if regrouped else keyed)[n] = kept
+            if rest is not None:
+                split[n] = rest
     merging = [(n, _restricted(_reading(c, rests[n]), keyed.get(n)) if n in rests else c)
                for n, c in merging]
     by_merged = dict(merging)
@@ -779,8 +807,7 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  where=None if where is None else str(where),
                  keyed=tuple(p.view for p in plans if p.view in keyed),
                  sifted=tuple(p.view for p in plans if p.view in sifted),
-                 parted=tuple((v, str(rests[v])) for v in (p.view for p in plans)
-                              if (v in keyed or v in sifted) and rests[v] is not None)
+                 parted=tuple((v, str(split[v])) for v in (p.view for p in plans) if v in split)
                  ), planned
 
 
