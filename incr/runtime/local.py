@@ -27,7 +27,9 @@ as between two Spark runs with different partitioning).
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -67,6 +69,7 @@ _ALLOWED = (
     exp.And, exp.Or, exp.Not, exp.Is, exp.Case, exp.If, exp.Coalesce,
     exp.In,  # of a list: x = a OR x = b ... in both engines, NULLs alike (not of a subquery)
     exp.Between,  # x >= low AND x <= high in both engines (not SYMMETRIC)
+    exp.Like,  # of a pattern of ASCII text, % its one wildcard (see _plain_pattern)
     exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt, exp.IsNan,
     exp.Pow,  # only 2^n for an integer n (see _exact_power), exact in both engines
     exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam,
@@ -138,10 +141,44 @@ def _kept(spark_sql: str, bucket: Bucket | None, kept: DiskCache) -> Prepared | 
 
 def _other_form(node: exp.Expr) -> bool:
     """Whether ``node`` is a form outside the driver-side set of a node within it: an IN of
-    a subquery (or an UNNEST), a BETWEEN SYMMETRIC."""
+    a subquery (or an UNNEST), a BETWEEN SYMMETRIC, a LIKE of another pattern than
+    :func:`_plain_pattern`'s."""
     if isinstance(node, exp.In):
         return any(node.args.get(a) for a in ("query", "unnest", "field"))
+    if isinstance(node, exp.Like):
+        return not _plain_pattern(node.expression)
     return isinstance(node, exp.Between) and bool(node.args.get("symmetric"))
+
+
+def _plain_pattern(pattern: exp.Expr) -> bool:
+    """Whether a LIKE ``pattern`` matches alike in both engines: a literal of ASCII text
+    whose one wildcard is ``%``.  ``_`` is one character, which the engines count over
+    other units beyond ASCII; a backslash escapes in Spark, not in DuckDB.  ASCII text is
+    matched byte for byte in UTF-8 (no byte of another character is ASCII), so ``%`` (any
+    run of characters) leaves nothing to tell them apart."""
+    text = pattern.name
+    return (isinstance(pattern, exp.Literal) and pattern.is_string and text.isascii()
+            and "_" not in text and "\\" not in text)
+
+
+#: A DATE literal both engines read alike: ``DATE '2026-12-06'``, four digits of a year.
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _date_literal(node: exp.Expr) -> bool:
+    """Whether ``node`` is a cast of a string literal to DATE that names a day in the ISO
+    form (``DATE '2026-12-06'``, a date range's bound): both engines read it as that day,
+    and any other text (``'2026-1-5'``, ``' 2026-12-06'``, ``'2026-02-30'``) the step leaves
+    to Spark, whose rules for it are its own."""
+    if not (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this == exp.DataType.Type.DATE
+            and isinstance(node.this, exp.Literal) and node.this.is_string
+            and _ISO_DATE.fullmatch(node.this.name)):
+        return False
+    try:
+        dt.date.fromisoformat(node.this.name)
+    except ValueError:
+        return False
+    return True
 
 
 @per_engine("compiled SQL", DRIVER)
@@ -183,7 +220,8 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
         if not isinstance(node, _ALLOWED):
             name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__
             return f"it uses {name}, outside the driver-side set"
-        if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in _NUMERIC:
+        if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in _NUMERIC \
+                and not _date_literal(node):
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
         if isinstance(node, exp.Pow) and not _exact_power(node):
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"

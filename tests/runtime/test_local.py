@@ -104,6 +104,31 @@ def test_in_lists_and_between_equal_spark_nulls_included(spark):
     assert prepare("SELECT x FROM batch WHERE x IN (SELECT y FROM batch)") is None
 
 
+def test_like_of_plain_patterns_and_date_literals_equal_spark(spark):
+    """``LIKE`` of an ASCII pattern whose one wildcard is ``%`` and a DATE literal in the ISO
+    form (a dashboard's ``name LIKE 'ab%'``, ``day >= DATE '2026-01-01'``) are computed on the
+    driver, equal to Spark's over text beyond ASCII, line breaks and NULLs; patterns with
+    ``_``, a backslash or text beyond ASCII, and other date texts, stay Spark's."""
+    names = ["ab", "abc", "xab", "a\nb", "ä-ab", "a%b", "a_b", "", None, "AB", "b"]
+    days = [dt.date(2020, 12, 31), dt.date(2021, 1, 1), dt.date(2024, 2, 29), None]
+    rows = [(n, d) for n in names for d in days]
+    batch = pa.table({
+        "name": pa.array([n for n, _ in rows]),
+        "day": pa.array([d for _, d in rows], pa.date32()),
+        "_row": pa.array(range(1, len(rows) + 1), pa.int64()),
+    })
+    truths = Query(
+        "SELECT _row, name LIKE 'a%' AS a, name LIKE '%b' AS b, name LIKE '%a%b%' AS c, "
+        "name NOT LIKE 'ab' AS d, name LIKE '%' AS e, name LIKE '' AS f, "
+        "day >= DATE '2021-01-01' AS g, day BETWEEN DATE '2020-12-31' AND DATE '2024-02-28' AS h, "
+        "DATE '2024-02-29' AS i FROM batch")
+    _driver_equals_spark(spark, truths, batch)
+    for refused in ("name LIKE 'a_b'", "name LIKE 'a\\\\%'", "name LIKE 'ä%'", "name LIKE name",
+                    "day >= DATE '2026-1-05'", "day >= DATE '2026-02-30'",
+                    "day >= CAST('+2026-01-05' AS DATE)"):
+        assert prepare(f"SELECT _row FROM batch WHERE {refused}") is None, refused
+
+
 DATES = """-- incr: buckets = 8
 CREATE TABLE e (day DATE, at TIMESTAMP, note VARCHAR, v BIGINT);
 CREATE VIEW grains AS SELECT year(day) AS y, quarter(day) AS q, month(day) AS m,
