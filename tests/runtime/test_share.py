@@ -757,9 +757,10 @@ def test_views_whose_wheres_differ_by_conjuncts_on_the_keys_keep_the_state_s_whe
     (ORed when they differ): views ANDing other conjuncts on k with the same x > 1 read its
     aggregates unrestricted, by a HAVING on k.  Another such view, or one of x > 1 alone,
     added to the running program adds nothing to the state and publishes from it at once
-    (ORing the whole WHEREs, the state would have changed and been rebuilt from every
-    file).  Every answer equals DuckDB's after every batch, a delete of a kept row (b, 5,
-    2.0 in batch 2) and of a row no view keeps (a, 1, 0.5) included."""
+    (ORing the whole WHEREs would have changed the state's WHERE: the views added would have
+    built a state of their own from every batch).  Every answer equals DuckDB's after every
+    batch, a delete of a kept row (b, 5, 2.0 in batch 2) and of a row no view keeps (a, 1,
+    0.5) included."""
     landing, warehouse = dirs
     before = compile_text(TABLE + WEST + EAST, name="shop")
     (share,) = before.shares
