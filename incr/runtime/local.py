@@ -162,7 +162,7 @@ def _plain_pattern(pattern: exp.Expr) -> bool:
 
 
 #: A DATE literal both engines read alike: ``DATE '2026-12-06'``, four digits of a year.
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 def _date_literal(node: exp.Expr) -> bool:

@@ -125,7 +125,7 @@ def test_like_of_plain_patterns_and_date_literals_equal_spark(spark):
     _driver_equals_spark(spark, truths, batch)
     for refused in ("name LIKE 'a_b'", "name LIKE 'a\\\\%'", "name LIKE 'ä%'", "name LIKE name",
                     "day >= DATE '2026-1-05'", "day >= DATE '2026-02-30'",
-                    "day >= CAST('+2026-01-05' AS DATE)"):
+                    "day >= CAST('+2026-01-05' AS DATE)", "day >= DATE '\u0662\u0660\u0662\u0666-01-05'"):
         assert prepare(f"SELECT _row FROM batch WHERE {refused}") is None, refused
 
 
