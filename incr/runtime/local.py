@@ -142,7 +142,9 @@ def _kept(spark_sql: str, bucket: Bucket | None, kept: DiskCache) -> Prepared | 
 def _other_form(node: exp.Expr) -> bool:
     """Whether ``node`` is a form outside the driver-side set of a node within it: an IN of
     a subquery (or an UNNEST), a BETWEEN SYMMETRIC, a LIKE of another pattern than
-    :func:`_plain_pattern`'s."""
+    :func:`_plain_pattern`'s, a ``date_trunc`` to a unit :func:`_truncation` does not know."""
+    if isinstance(node, exp.TimestampTrunc):
+        return _truncation(node) is None
     if isinstance(node, exp.In):
         return any(node.args.get(a) for a in ("query", "unnest", "field"))
     if isinstance(node, exp.Like):
@@ -214,8 +216,6 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
                 and not node.this.name.isascii():
             return f"it uses {node.sql(dialect='spark')[:60]} of text beyond ASCII"
         if _other_form(node):
-            return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
-        if isinstance(node, exp.TimestampTrunc) and _truncation(node) is None:
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
         if not isinstance(node, _ALLOWED):
             name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__

@@ -722,12 +722,11 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                        for w in [_where(c)] if w != where and w is not None)
     # Of the views restricted to their WHERE, those read by their groups of the state
     # (keyed: a HAVING on their keys) or by its rows their WHERE keeps before they are
-    # regrouped (sifted), whole or in part; the rest of each WHERE (split: when it is only
-    # a part) restricts the aggregates, unless it is the state's WHERE.
+    # regrouped (sifted), whole or in part; the rest of each WHERE restricts the
+    # aggregates, unless it is the state's WHERE.
     keyed: dict[str, Scalar] = {}
     sifted: dict[str, Scalar] = {}
     rests: dict[str, Scalar | None] = {}
-    split: dict[str, Scalar] = {}
     for n, c in merging:
         if _where(c) == where:
             continue
@@ -736,8 +735,6 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
         if kept is not None:
             regrouped = _on_keys(c) is None and set(_theta(c)) != set(theta)
             (sifted if regrouped else keyed)[n] = kept
-            if rest is not None:
-                split[n] = rest
     merging = [(n, _restricted(_reading(c, rests[n]), keyed.get(n)) if n in rests else c)
                for n, c in merging]
     by_merged = dict(merging)
@@ -807,7 +804,8 @@ def _merge(program: Program, members: list[Compilation], plans: list[Incremental
                  where=None if where is None else str(where),
                  keyed=tuple(p.view for p in plans if p.view in keyed),
                  sifted=tuple(p.view for p in plans if p.view in sifted),
-                 parted=tuple((v, str(split[v])) for v in (p.view for p in plans) if v in split)
+                 parted=tuple((v, str(parts[v][1])) for v in (p.view for p in plans)
+                              if (v in keyed or v in sifted) and parts[v][1] is not None)
                  ), planned
 
 
