@@ -163,21 +163,36 @@ def _plain_pattern(pattern: exp.Expr) -> bool:
             and "_" not in text and "\\" not in text)
 
 
-#: A DATE literal both engines read alike: ``DATE '2026-12-06'``, four digits of a year.
+#: A DATE or TIMESTAMP literal both engines read alike: ``DATE '2026-12-06'``, ``TIMESTAMP
+#: '2026-12-06 08:30:00.25'`` (a day, then a time of day to the microsecond at most).
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_ISO_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?)?")
+#: What each type of literal reads: DATE a day; TIMESTAMP (Spark's, with the session's zone,
+#: UTC in incr's sessions and in DuckDB's, ``SET TimeZone`` in ``LocalSql``) and
+#: TIMESTAMP_NTZ a day or an instant of it.
+_LITERAL_FORMS = {
+    exp.DataType.Type.DATE: (_ISO_DATE, dt.date.fromisoformat),
+    exp.DataType.Type.TIMESTAMPTZ: (_ISO_TIME, dt.datetime.fromisoformat),
+    exp.DataType.Type.TIMESTAMPNTZ: (_ISO_TIME, dt.datetime.fromisoformat),
+}
 
 
-def _date_literal(node: exp.Expr) -> bool:
-    """Whether ``node`` is a cast of a string literal to DATE that names a day in the ISO
-    form (``DATE '2026-12-06'``, a date range's bound): both engines read it as that day,
-    and any other text (``'2026-1-5'``, ``' 2026-12-06'``, ``'2026-02-30'``) the step leaves
-    to Spark, whose rules for it are its own."""
-    if not (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this == exp.DataType.Type.DATE
-            and isinstance(node.this, exp.Literal) and node.this.is_string
-            and _ISO_DATE.fullmatch(node.this.name)):
+def _time_literal(node: exp.Expr) -> bool:
+    """Whether ``node`` is a cast of a string literal to DATE, TIMESTAMP or TIMESTAMP_NTZ in
+    the ISO form of a real day or instant (``DATE '2026-12-06'``, ``ts >= TIMESTAMP
+    '2026-12-01 00:00:00'``, a dashboard's time window): both engines read it as that day
+    or instant, a TIMESTAMP in UTC (the zone of incr's Spark sessions and of the driver's
+    DuckDB), and compare it with a column of either kind of timestamp or of DATE alike.
+    Any other text (``'2026-1-5'``, ``'2026-02-30'``, a ``T`` between day and time, a zone,
+    nanoseconds) the step leaves to Spark, whose rules for it are its own."""
+    if not (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this in _LITERAL_FORMS
+            and isinstance(node.this, exp.Literal) and node.this.is_string):
+        return False
+    form, read = _LITERAL_FORMS[node.to.this]
+    if not form.fullmatch(node.this.name):
         return False
     try:
-        dt.date.fromisoformat(node.this.name)
+        read(node.this.name)
     except ValueError:
         return False
     return True
@@ -221,7 +236,7 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__
             return f"it uses {name}, outside the driver-side set"
         if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in _NUMERIC \
-                and not _date_literal(node):
+                and not _time_literal(node):
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
         if isinstance(node, exp.Pow) and not _exact_power(node):
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"

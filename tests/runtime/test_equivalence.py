@@ -72,7 +72,9 @@ DERIVED = {
     KEYS[7]: [f"length({KEYS[7]})"],
 }
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0",
-          "v % k2 = 1", "v / k2 > 2"]  # NULL where k2 is 0
+          "v % k2 = 1", "v / k2 > 2",  # NULL where k2 is 0
+          # a dashboard's time window: a DATE against literals of a day and of an instant
+          "day >= DATE '2026-12-30'", "day < TIMESTAMP '2027-01-02 12:00:00'"]
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 

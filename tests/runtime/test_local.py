@@ -129,6 +129,57 @@ def test_like_of_plain_patterns_and_date_literals_equal_spark(spark):
         assert prepare(f"SELECT _row FROM batch WHERE {refused}") is None, refused
 
 
+
+WINDOWS = """-- incr: buckets = 4
+CREATE TABLE e (day DATE, local TIMESTAMP, v BIGINT);
+CREATE VIEW recent AS SELECT day, SUM(v) AS s, COUNT(*) AS n FROM e
+  WHERE local >= TIMESTAMP '2021-01-01 00:00:00' AND day < TIMESTAMP '2021-01-01 12:00:00'
+  GROUP BY day;
+"""
+
+
+def test_timestamp_literals_equal_spark_in_the_session_s_zone(spark):
+    """A TIMESTAMP or TIMESTAMP_NTZ literal in the ISO form (a dashboard's ``at >= TIMESTAMP
+    '2026-12-01 00:00:00'``) is computed on the driver, equal to Spark's against a TIMESTAMP
+    column, a TIMESTAMP_NTZ one and a DATE, at a microsecond's edges and over NULLs (both
+    engines read the literal in UTC); a ``T``, a zone, nanoseconds or a time that is none
+    stay Spark's."""
+    utc = dt.UTC
+    ats = [dt.datetime(2020, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+           dt.datetime(2021, 1, 1, 0, 0, tzinfo=utc), dt.datetime(2024, 2, 29, 12, tzinfo=utc),
+           dt.datetime(2024, 2, 29, 12, 0, 0, 1, tzinfo=utc), None]
+    days = [dt.date(2020, 12, 31), dt.date(2021, 1, 1), None]
+    rows = [(a, d) for a in ats for d in days]
+    batch = pa.table({
+        "at": pa.array([a for a, _ in rows], pa.timestamp("us", tz="UTC")),
+        "local": pa.array([a and a.replace(tzinfo=None) for a, _ in rows], pa.timestamp("us")),
+        "day": pa.array([d for _, d in rows], pa.date32()),
+        "_row": pa.array(range(1, len(rows) + 1), pa.int64()),
+    })
+    truths = Query(
+        "SELECT _row, at >= TIMESTAMP '2021-01-01 00:00:00' AS a, "
+        "at < TIMESTAMP '2024-02-29 12:00:00.000001' AS b, at = TIMESTAMP '2021-01-01' AS c, "
+        "local BETWEEN TIMESTAMP '2021-01-01' AND TIMESTAMP_NTZ '2024-02-29 12:00:00' AS d, "
+        "local > TIMESTAMP '2020-12-31 23:59:59.999999' AS e, "
+        "at = TIMESTAMP_NTZ '2024-02-29 12:00:00.000001' AS f, "
+        "day >= TIMESTAMP '2020-12-31 00:00:01' AS g, day = TIMESTAMP_NTZ '2021-01-01' AS h, "
+        "CAST('2024-02-29 23:59:59.5' AS TIMESTAMP) AS i, TIMESTAMP_NTZ '2021-01-01 08:00:00' AS j "
+        "FROM batch WHERE at IS NULL OR at <> TIMESTAMP '1999-01-01 00:00:00'")
+    _driver_equals_spark(spark, truths, batch)
+    # a program's time window: its TIMESTAMP (no zone, as DuckDB's) is Spark's TIMESTAMP_NTZ
+    compiled = compile_text(WINDOWS, path="windows.sql", name="windows")
+    h = _h_sql(compiled, "recent")
+    assert "TIMESTAMP_NTZ" in h.sql
+    _driver_equals_spark(spark, h, batch.drop_columns(["at"]).append_column(
+        "v", pa.array(range(len(rows)), pa.int64())))
+    for refused in ("TIMESTAMP '2026-01-01T00:00:00'", "TIMESTAMP '2026-01-01 00:00:00Z'",
+                    "TIMESTAMP '2026-01-01 00:00:00+02:00'", "TIMESTAMP '2026-01-01 00:00'",
+                    "TIMESTAMP '2026-01-01 00:00:00.1234567'", "TIMESTAMP '2026-01-01 24:00:00'",
+                    "TIMESTAMP '2026-02-30 00:00:00'", "TIMESTAMP '2026-01-01 0:00:00'",
+                    "TIMESTAMP_NTZ '2026-1-01'", "TIMESTAMP ' 2026-01-01'"):
+        assert prepare(f"SELECT _row FROM batch WHERE at >= {refused}") is None, refused
+
+
 DATES = """-- incr: buckets = 8
 CREATE TABLE e (day DATE, at TIMESTAMP, note VARCHAR, v BIGINT);
 CREATE VIEW grains AS SELECT year(day) AS y, quarter(day) AS q, month(day) AS m,
