@@ -69,7 +69,7 @@ _ALLOWED = (
     exp.And, exp.Or, exp.Not, exp.Is, exp.Case, exp.If, exp.Coalesce,
     exp.In,  # of a list: x = a OR x = b ... in both engines, NULLs alike (not of a subquery)
     exp.Between,  # x >= low AND x <= high in both engines (not SYMMETRIC)
-    exp.Like,  # of a pattern of ASCII text, % its one wildcard (see _plain_pattern)
+    exp.Like,  # of a pattern of ASCII text, no escape (see _plain_pattern)
     exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt, exp.IsNan,
     exp.Pow,  # only 2^n for an integer n (see _exact_power), exact in both engines
     exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam,
@@ -154,13 +154,14 @@ def _other_form(node: exp.Expr) -> bool:
 
 def _plain_pattern(pattern: exp.Expr) -> bool:
     """Whether a LIKE ``pattern`` matches alike in both engines: a literal of ASCII text
-    whose one wildcard is ``%``.  ``_`` is one character, which the engines count over
-    other units beyond ASCII; a backslash escapes in Spark, not in DuckDB.  ASCII text is
-    matched byte for byte in UTF-8 (no byte of another character is ASCII), so ``%`` (any
-    run of characters) leaves nothing to tell them apart."""
+    without a backslash, which escapes in Spark and not in DuckDB.  ASCII text is matched
+    byte for byte in UTF-8 (no byte of another character is ASCII), ``%`` is any run of
+    characters, and ``_`` one code point in both engines (Java's regex ``.`` under DOTALL
+    and DuckDB's matcher): a line break or a character beyond the 16-bit plane is one, an
+    ``é`` written as ``e`` and a combining accent two, as are a flag and CR LF."""
     text = pattern.name
     return (isinstance(pattern, exp.Literal) and pattern.is_string and text.isascii()
-            and "_" not in text and "\\" not in text)
+            and "\\" not in text)
 
 
 #: A DATE or TIMESTAMP literal both engines read alike: ``DATE '2026-12-06'``, ``TIMESTAMP

@@ -1,8 +1,9 @@
 """Views whose WHEREs are LIKE patterns (share = rollup), on ``sift.py``'s stream and measures.
 
 A view by region and product, one by region for ``product LIKE 'p0%'`` and one by product for
-``region LIKE 'n%'``.  Run from the repository:
-``PYTHONPATH=. .venv/bin/python docs/bench/issue18/added/like.py OUT``.
+``region LIKE 'n%'``; with ``one`` after OUT, the same with patterns of ``_`` (one character):
+``product LIKE 'p_3'`` and ``region LIKE '_o%'``.  Run from the repository:
+``PYTHONPATH=. .venv/bin/python docs/bench/issue18/added/like.py OUT [one]``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ VIEWS = (
      "WHERE region LIKE 'n%' GROUP BY product;"),
 )
 
+ONE = (
+    VIEWS[0],
+    VIEWS[1].replace("p0%", "p_3"),
+    VIEWS[2].replace("'n%'", "'_o%'"),
+)
+
 
 if __name__ == "__main__":
-    sift.main(Path(sys.argv[1]), VIEWS)
+    sift.main(Path(sys.argv[1]), ONE if sys.argv[2:] == ["one"] else VIEWS)
