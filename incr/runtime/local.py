@@ -78,6 +78,7 @@ _ALLOWED = (
     *DATE_PART_NODES,
     exp.Mod,  # by a non-zero number, or written try_mod (see _remainders)
     exp.TimestampTrunc,  # date_trunc to the units both engines truncate to alike
+    exp.TsOrDsToDate,  # to_date(x) without a format, of a DATE or TIMESTAMP (see _days)
     *_TEXT,
 )
 #: Spark's units of ``date_trunc`` and DuckDB's name for each; weeks start on Monday in both.
@@ -142,13 +143,16 @@ def _kept(spark_sql: str, bucket: Bucket | None, kept: DiskCache) -> Prepared | 
 def _other_form(node: exp.Expr) -> bool:
     """Whether ``node`` is a form outside the driver-side set of a node within it: an IN of
     a subquery (or an UNNEST), a BETWEEN SYMMETRIC, a LIKE of another pattern than
-    :func:`_plain_pattern`'s, a ``date_trunc`` to a unit :func:`_truncation` does not know."""
+    :func:`_plain_pattern`'s, a ``date_trunc`` to a unit :func:`_truncation` does not know,
+    a ``to_date`` with a format."""
     if isinstance(node, exp.TimestampTrunc):
         return _truncation(node) is None
     if isinstance(node, exp.In):
         return any(node.args.get(a) for a in ("query", "unnest", "field"))
     if isinstance(node, exp.Like):
         return not _plain_pattern(node.expression)
+    if isinstance(node, exp.TsOrDsToDate):
+        return node.args.get("format") is not None
     return isinstance(node, exp.Between) and bool(node.args.get("symmetric"))
 
 
@@ -237,13 +241,14 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
             name = node.sql(dialect="spark")[:60] if isinstance(node, exp.Func) else type(node).__name__
             return f"it uses {name}, outside the driver-side set"
         if isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this not in _NUMERIC \
-                and not _time_literal(node):
+                and not _time_literal(node) and not _day_of(node):
             return f"it casts to {node.to.sql(dialect='spark')}, outside the driver-side set"
         if isinstance(node, exp.Pow) and not _exact_power(node):
             return f"it uses {node.sql(dialect='spark')[:60]}, outside the driver-side set"
     tree = _fast_decimal_casts(tree.transform(_strict_casts).transform(_truncating_casts)
                                .transform(_date_parts).transform(_remainders)
-                               .transform(_truncations).transform(_ascii_text))
+                               .transform(_truncations).transform(_days)
+                               .transform(_ascii_text))
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)
@@ -311,6 +316,26 @@ def _truncations(node: exp.Expr) -> exp.Expr:
         unit = _truncation(node)
         assert unit is not None, "refused before"
         return exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string(unit), node.this])
+    return node
+
+
+def _day_of(node: exp.Expr) -> bool:
+    """Whether ``node`` is the day of a value: a cast to DATE of anything but a literal
+    (``CAST(sold_at AS DATE)``, a daily grain), which :func:`_days` takes of a DATE or a
+    TIMESTAMP only."""
+    return (isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this == exp.DataType.Type.DATE
+            and not isinstance(node.this, exp.Literal))
+
+
+def _days(node: exp.Expr) -> exp.Expr:
+    """The day of a DATE or TIMESTAMP (``CAST(x AS DATE)``, ``to_date(x)``) as DuckDB's
+    ``CAST(date_trunc('day', x) AS DATE)``: the same day in both engines, a TIMESTAMP's in UTC
+    (the zone of incr's sessions and of the driver's DuckDB), one without zone its own.
+    ``date_trunc`` refuses text, which Spark would parse by its own rules, and numbers, which
+    it refuses too: the query then runs in Spark."""
+    if _day_of(node) or (isinstance(node, exp.TsOrDsToDate) and not implied_date(node)):
+        day = exp.Anonymous(this="date_trunc", expressions=[exp.Literal.string("day"), node.this])
+        return exp.Cast(this=day, to=exp.DataType.build("DATE"))
     return node
 
 

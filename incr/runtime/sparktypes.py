@@ -249,6 +249,11 @@ class SparkTypes:
             if self._type(node.this, scope) != pa.string():
                 raise NotLocal(f"{node.key}() of what Spark casts to text first")
             return pa.int32() if isinstance(node, exp.Length) else pa.string()
+        if isinstance(node, exp.TsOrDsToDate) and not node.args.get("format"):  # to_date(x)
+            t = self._type(node.this, scope)
+            if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
+                raise NotLocal(f"to_date() of {t}, which Spark parses as text")
+            return pa.date32()
         if isinstance(node, exp.TimestampTrunc):  # date_trunc(unit, x): a TIMESTAMP in UTC
             t = self._type(node.this, scope)
             if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):

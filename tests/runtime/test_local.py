@@ -184,6 +184,51 @@ def test_timestamp_literals_equal_spark_in_the_session_s_zone(spark):
         assert prepare(f"SELECT _row FROM batch WHERE at >= {refused}") is None, refused
 
 
+
+DAYS = """-- incr: buckets = 4
+CREATE TABLE e (day DATE, local TIMESTAMP, note VARCHAR, v BIGINT);
+CREATE VIEW daily AS SELECT CAST(local AS DATE) AS d, CAST(day AS DATE) AS dd, SUM(v) AS s
+  FROM e WHERE CAST(local AS DATE) >= DATE '2021-01-01' OR local IS NULL
+  GROUP BY CAST(local AS DATE), CAST(day AS DATE);
+CREATE VIEW noted_days AS SELECT CAST(note AS DATE) AS d, COUNT(*) AS n FROM e
+  GROUP BY CAST(note AS DATE);
+"""
+
+
+def test_the_day_of_a_timestamp_equals_spark(spark):
+    """A daily grain (``CAST(sold_at AS DATE)``, Spark's ``to_date(sold_at)``) is computed on
+    the driver, equal to Spark's for a TIMESTAMP (its day in UTC, the zone of incr's
+    sessions), a TIMESTAMP_NTZ and a DATE, a microsecond before and at midnight, NULLs and
+    buckets included; the day of text, which Spark parses by its own rules, and
+    ``to_date`` with a format stay Spark's."""
+    utc = dt.UTC
+    ats = [dt.datetime(2020, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
+           dt.datetime(2021, 1, 1, 0, 0, tzinfo=utc), dt.datetime(2024, 2, 29, 12, tzinfo=utc),
+           dt.datetime(1, 1, 1, tzinfo=utc), None]
+    days = [dt.date(2020, 12, 31), dt.date(2024, 2, 29), None]
+    rows = [(a, d) for a in ats for d in days]
+    batch = pa.table({
+        "day": pa.array([d for _, d in rows], pa.date32()),
+        "local": pa.array([a and a.replace(tzinfo=None) for a, _ in rows], pa.timestamp("us")),
+        "at": pa.array([a for a, _ in rows], pa.timestamp("us", tz="UTC")),
+        "note": pa.array(["2021-1-5"] * len(rows)),
+        "v": pa.array(range(len(rows)), pa.int64()),
+        "_row": pa.array(range(1, len(rows) + 1), pa.int64()),
+    })
+    truths = Query("SELECT _row, CAST(at AS DATE) AS a, to_date(at) AS b, to_date(local) AS c, "
+                   "to_date(day) AS d, CAST(local AS DATE) = DATE '2021-01-01' AS e, "
+                   "year(to_date(at)) AS f FROM batch WHERE to_date(at) >= DATE '2021-01-01' "
+                   "OR at IS NULL")
+    _driver_equals_spark(spark, truths, batch)
+    compiled = compile_text(DAYS, path="days.sql", name="days")
+    _driver_equals_spark(spark, _h_sql(compiled, "daily"), batch.drop_columns(["at"]))
+    noted = _h_sql(compiled, "noted_days")
+    assert prepare(noted) is not None  # DuckDB refuses the day of text when it plans it:
+    schema = spark.sql(noted.sql).toArrow().schema
+    assert LocalSql().query(noted, {"batch": batch.drop_columns(["at"])}, schema) is None
+    assert prepare("SELECT _row FROM batch WHERE to_date(note, 'yyyy-M-d') > DATE '2021-01-01'") is None
+
+
 DATES = """-- incr: buckets = 8
 CREATE TABLE e (day DATE, at TIMESTAMP, note VARCHAR, v BIGINT);
 CREATE VIEW grains AS SELECT year(day) AS y, quarter(day) AS q, month(day) AS m,

@@ -4,9 +4,10 @@
 of 1,000, every third a delete) with one more column, ``sold_at TIMESTAMP``: a moment of November
 2026 that follows from the row's other values, so a deleted row names the same moment.  A view
 by region and product, one by region of the last week (``sold_at >= TIMESTAMP '2026-11-24
-00:00:00'``) and one by product of ten days.  Prints the oracle's verdict, the state tables
-and the seconds per run.  Run from the repository:
-``PYTHONPATH=. .venv/bin/python docs/bench/issue18/added/window.py OUT``.
+00:00:00'``) and one by product of ten days; with ``daily`` after OUT, daily grains instead
+(``CAST(sold_at AS DATE)``: revenue by day, and by region and day of the last week).  Prints
+the oracle's verdict, the state tables and the seconds per run.  Run from the repository:
+``PYTHONPATH=. .venv/bin/python docs/bench/issue18/added/window.py OUT [daily]``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,14 @@ VIEWS = (
      "FROM sales WHERE sold_at >= TIMESTAMP '2026-11-10 00:00:00' "
      "AND sold_at < TIMESTAMP '2026-11-20 00:00:00' GROUP BY product;"),
 )
+DAILY = (
+    VIEWS[0],
+    ("CREATE VIEW by_day AS SELECT CAST(sold_at AS DATE) AS day, SUM(amount) AS revenue, "
+     "COUNT(*) AS orders FROM sales GROUP BY CAST(sold_at AS DATE);"),
+    ("CREATE VIEW region_days AS SELECT region, CAST(sold_at AS DATE) AS day, "
+     "SUM(amount) AS revenue FROM sales WHERE sold_at >= TIMESTAMP '2026-11-24 00:00:00' "
+     "GROUP BY region, CAST(sold_at AS DATE);"),
+)
 #: 2026-11-01 00:00:00 in microseconds since the epoch, and the seconds of November.
 START_US = 1_793_491_200_000_000
 MONTH_S = 30 * 24 * 3600
@@ -50,9 +59,9 @@ def with_moments(table: pa.Table) -> pa.Table:
                                              pa.timestamp("us")))
 
 
-def main(out: Path) -> None:
+def main(out: Path, views: tuple[str, ...] = VIEWS) -> None:
     """Lands the stream under ``out``, applies it run by run, and prints what it measured."""
-    text = "-- incr: buckets = 8\n-- incr: share = rollup\n" + SOURCES + "\n".join(VIEWS)
+    text = "-- incr: buckets = 8\n-- incr: share = rollup\n" + SOURCES + "\n".join(views)
     spark = spark_session()
     shutil.rmtree(out, ignore_errors=True)
     steps = sharing.land(out / "data", 200_000, 1000, 12)
@@ -78,4 +87,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), DAILY if sys.argv[2:] == ["daily"] else VIEWS)
