@@ -72,9 +72,9 @@ def render_rows(answer: Answer, views: dict[str, str]) -> str:
         return render_answer(replace(answer, order=(), limit=None, offset=0, exprs=answer.exprs + (
             Named(WEIGHT, Scalar("CAST(1 AS BIGINT)")),)), views)
     weight = answer.explode.render(SPARK) if answer.explode is not None else "1"
-    plain = Answer(answer.main, answer.keys, answer.grouped, answer.bags,
-                   answer.exprs + (Named(WEIGHT, Scalar(f"CAST({weight} AS BIGINT)")),),
-                   answer.having)
+    # every row once with its weight, in no order; a regrouped answer (rollup) still regroups
+    plain = replace(answer, exprs=answer.exprs + (Named(WEIGHT, Scalar(f"CAST({weight} AS BIGINT)")),),
+                    order=(), limit=None, offset=0, explode=None)
     return render_answer(plain, views)
 
 

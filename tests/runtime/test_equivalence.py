@@ -294,6 +294,8 @@ def rollup_programs(draw, rollup_only: bool = False) -> tuple[str, bool]:
     derived += [[keys[1 - i], *DERIVED[k]] for i, k in enumerate(keys) if len(DERIVED[k]) > 1]
     groupings = [keys, *draw(st.lists(st.sampled_from([keys, keys[:1], keys[1:], *derived]),
                                       min_size=1, max_size=3))]
+    if draw(st.booleans()):  # a coarser view first: it creates the finer state, regrouped
+        groupings = groupings[1:] + groupings[:1]
     # now and then a view with a WHERE of its own: restricted to its rows, then regrouped;
     # one on the finer keys only keeps whole finer groups, regrouped without adding to the state
     # and one ANDing such a WHERE with another does so with the first, restricted by the other
