@@ -115,7 +115,9 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
     - a remainder by anything but a non-zero number is ``try_mod``, NULL on a zero divisor
       as DuckDB's ``%`` is;
     - a substring that may start at 0 or be of a negative length takes DuckDB's characters
-      (:func:`_duckdb_substring`).
+      (:func:`_duckdb_substring`);
+    - a day of the week counts as DuckDB's does, and a second is whole, a month's or a day's
+      name written out (:func:`_duckdb_date_part`).
     """
     if dialect == SPARK:
         def as_duckdb(node: exp.Expr) -> exp.Expr:
@@ -126,10 +128,64 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
                 return exp.Anonymous(this="try_mod", expressions=[node.this, node.expression])
             if isinstance(node, exp.Substring):
                 return _duckdb_substring(node)
-            return node
+            return _duckdb_date_part(node)
 
         tree = exp.replace_tree(tree.copy(), as_duckdb)
     return tree.sql(dialect=dialect)
+
+
+def _call(name: str, *args: exp.Expr) -> exp.Expr:
+    """Spark's function ``name`` of copies of ``args``, as a call this rewrite does not visit."""
+    return exp.Anonymous(this=name, expressions=[a.copy() for a in args])
+
+
+def _day_of_week(x: exp.Expr) -> exp.Expr:
+    """DuckDB's ``dayofweek(x)`` (Sunday 0 to Saturday 6): Spark's counts from Sunday 1."""
+    return exp.Paren(this=exp.Sub(this=_call("dayofweek", x), expression=exp.Literal.number(1)))
+
+
+def _iso_day(x: exp.Expr) -> exp.Expr:
+    """DuckDB's ``isodow(x)`` (Monday 1 to Sunday 7): Spark's ``weekday`` counts from Monday 0."""
+    return exp.Paren(this=exp.Add(this=_call("weekday", x), expression=exp.Literal.number(1)))
+
+
+#: DuckDB's parts of a date or time that Spark's EXTRACT (or ``date_part``) of the same unit
+#: computes otherwise, as Spark computes DuckDB's: the day of the week (DuckDB's from Sunday
+#: 0, Spark's from Sunday 1), the ISO day (Spark has no ISODOW) and the second (DuckDB's
+#: whole, Spark's EXTRACT keeps its fraction).
+_PARTS = {"DOW": _day_of_week, "DAYOFWEEK": _day_of_week, "WEEKDAY": _day_of_week,
+          "ISODOW": _iso_day, "SECOND": lambda x: _call("second", x),
+          "SECONDS": lambda x: _call("second", x)}
+
+
+def _duckdb_date_part(node: exp.Expr) -> exp.Expr:
+    """``node`` as DuckDB computes it, in Spark, when Spark's function of its name differs.
+
+    Those are the day of the week (also ``weekday``, which is Monday 0 in Spark),
+    ``isodow``, DuckDB's EXTRACT and ``date_part`` of those and of the second, and
+    ``monthname`` and ``dayname`` (``December`` and ``Sunday`` in DuckDB, ``Dec`` and
+    ``Sun`` in Spark; ``date_format`` writes them in English, as Spark's formats always
+    do).  Any other node is returned as it is.
+    """
+    if isinstance(node, exp.DayOfWeek):
+        return _day_of_week(node.this)
+    if isinstance(node, exp.DayOfWeekIso):
+        return _iso_day(node.this)
+    if isinstance(node, (exp.Monthname, exp.Dayname)):
+        pattern = "MMMM" if isinstance(node, exp.Monthname) else "EEEE"
+        return _call("date_format", node.this, exp.Literal.string(pattern))
+    unit, x = None, None
+    if isinstance(node, exp.Extract):
+        unit, x = node.this.name, node.expression
+    elif isinstance(node, exp.Anonymous) and len(node.expressions) in (1, 2):
+        name, args = node.name.lower(), node.expressions
+        if name == "weekday" and len(args) == 1:
+            unit, x = "WEEKDAY", args[0]
+        elif name in ("date_part", "datepart") and len(args) == 2 \
+                and isinstance(args[0], exp.Literal) and args[0].is_string:
+            unit, x = args[0].name, args[1]
+    rewrite = _PARTS.get(unit.upper()) if unit else None
+    return rewrite(x) if rewrite is not None and x is not None else node
 
 
 #: ``substr(s, st, ln)`` as DuckDB takes it, in Spark: DuckDB reads a start of 0 as the

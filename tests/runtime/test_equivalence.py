@@ -68,9 +68,11 @@ DERIVED = {
     "upper(k1)": ["length(upper(k1))"],
     "d * 2": ["d * 2 > 10"],
     KEYS[5]: [f"length({KEYS[5]})"],
-    # time grains; the last a DATE again (the day of a TIMESTAMP)
+    # time grains (one a DATE again: the day of a TIMESTAMP), days of the week as DuckDB
+    # counts them (Sunday 0, ISO Monday 1) and names of months as it writes them
     "day": ["year(day)", "weekofyear(day)", "month(day)", "date_trunc('month', day)",
-            "CAST(date_trunc('month', day) AS DATE)"],
+            "CAST(date_trunc('month', day) AS DATE)", "dayofweek(day)", "isodow(day)",
+            "monthname(day)"],
     KEYS[7]: [f"length({KEYS[7]})"],
 }
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pyarrow as pa
 import pytest
 import sqlglot
@@ -102,3 +104,34 @@ def test_a_batch_of_substring_places_beyond_spark_s_int_is_folded_as_duckdb_take
     (plan,) = compiled.plans
     answer, _ = read_answer(warehouse, plan)
     assert diff_answers(oracle_answer(plan.select, {"t": rows}), answer) is None
+
+
+#: A week and a day of dates over a year's end (every day of the week, Sunday 2026-12-27 among
+#: them), each with a time of a fractional second, and NULL.
+DAYS = [dt.date(2026, 12, 26) + dt.timedelta(days=i) for i in range(8)] + [None]
+TIMES = [None if d is None else dt.datetime(d.year, d.month, d.day, i, 59, 58, 750_000)
+         for i, d in enumerate(DAYS)]
+
+
+@pytest.mark.parametrize("expression", [
+    "dayofweek(d)", "weekday(d)", "isodow(d)", "extract(dow FROM d)", "extract(isodow FROM t)",
+    "extract(weekday FROM t)", "date_part('dow', t)", "datepart('isodow', d)",
+    "extract(second FROM t)", "date_part('second', t)", "second(t)", "monthname(d)",
+    "dayname(t)", "monthname(t) || ' ' || dayname(d)", "extract(year FROM d)",
+    "date_part('month', t)", "dayofweek(d) * 10 + isodow(t)",
+])
+def test_days_of_the_week_seconds_and_names_take_duckdb_s_values(spark, expression):
+    """DuckDB counts the day of the week from Sunday 0 (``dayofweek``, ``weekday``, EXTRACT
+    and ``date_part`` of ``dow``) and its ISO day from Monday 1, keeps a second whole and
+    writes month and day names in full; Spark's functions of those names count from Sunday
+    1 (``weekday`` from Monday 0), know no ISODOW, keep the second's fraction and write
+    ``Dec`` and ``Sun``.  Their Spark text takes DuckDB's values, NULL included."""
+    grid = pa.table({"d": pa.array(DAYS, pa.date32()), "t": pa.array(TIMES, pa.timestamp("us"))})
+    text = render_expression(sqlglot.parse_one(expression, read="duckdb"), SPARK)
+    frame = spark.createDataFrame(grid).selectExpr("d", "CAST(t AS TIMESTAMP_NTZ) AS t")
+    got = [r[0] for r in frame.selectExpr(f"{text} AS x").collect()]
+    oracle = connect()
+    oracle.register("grid", grid)
+    want = [r[0] for r in oracle.sql(f"SELECT {expression} FROM grid").fetchall()]
+    assert [g if g is None or isinstance(g, str) else int(g) for g in got] == \
+        [w if w is None or isinstance(w, str) else int(w) for w in want], text
