@@ -1,8 +1,9 @@
 """Views whose WHEREs are time windows of TIMESTAMP literals (share = rollup).
 
-``sift.py``'s stream (the sales of ``incr bench sharing``: 200,000 rows, then 12 increments
-of 1,000, every third a delete) with one more column, ``sold_at TIMESTAMP``: a moment of November
-2026 that follows from the row's other values, so a deleted row names the same moment.  A view
+``sift.py``'s stream and run loop (the sales of ``incr bench sharing``: 200,000 rows, then 12
+increments of 1,000, every third a delete) with one more column, ``sold_at TIMESTAMP``: a moment
+of November 2026 that follows from the row's other values, so a deleted row names the same
+moment.  A view
 by region and product, one by region of the last week (``sold_at >= TIMESTAMP '2026-11-24
 00:00:00'``) and one by product of ten days; with ``daily`` after OUT, daily grains instead
 (``CAST(sold_at AS DATE)``: revenue by day, and by region and day of the last week).  Prints
@@ -12,20 +13,18 @@ the oracle's verdict, the state tables and the seconds per run.  Run from the re
 
 from __future__ import annotations
 
-import shutil
-import statistics
 import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from incr.bench import sharing
-from incr.compiler import compile_text
-from incr.runtime.pipeline import Pipeline
-from incr.runtime.session import spark_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "sifted"))
+
+import sift  # beside this script's folder, not a package
 
 SOURCES = sharing.SOURCES.replace("qty BIGINT);", "qty BIGINT, sold_at TIMESTAMP);")
 VIEWS = (
@@ -59,32 +58,6 @@ def with_moments(table: pa.Table) -> pa.Table:
                                              pa.timestamp("us")))
 
 
-def main(out: Path, views: tuple[str, ...] = VIEWS) -> None:
-    """Lands the stream under ``out``, applies it run by run, and prints what it measured."""
-    text = "-- incr: buckets = 8\n-- incr: share = rollup\n" + SOURCES + "\n".join(views)
-    spark = spark_session()
-    shutil.rmtree(out, ignore_errors=True)
-    steps = sharing.land(out / "data", 200_000, 1000, 12)
-    for step in steps:
-        path = out / "data" / step.files["sales"]
-        pq.write_table(with_moments(pq.read_table(path)), path)
-    compiled = compile_text(text + "\n", path="window.sql", name="window")
-    shutil.copytree(out / "data", out / "landing")
-    pipeline = Pipeline(compiled, out / "landing", out / "warehouse", spark=spark)
-    pipeline.register()
-    seq = {b.path: b.seq for b in pipeline.ledger.batches()}
-    seconds = []
-    for step in steps:
-        upto = max(seq[p] for p in step.files.values() if p in seq)
-        seconds.append(sharing.timed_run(pipeline, upto)[1])
-    oracle = sharing.Oracle(sharing.live_tables(out / "data", steps))
-    print("differences from the oracle:", oracle.differences(compiled, out / "warehouse"))
-    state = out / "warehouse" / "state"
-    tables = sorted(p.name for p in state.glob("*/*/*") if p.is_dir() and not p.name.startswith("."))
-    print("state tables:", len(tables), tables)
-    print(f"median increment {statistics.median(seconds[1:]):.3f} s;",
-          " ".join(f"{s:.3f}" for s in seconds))
-
-
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), DAILY if sys.argv[2:] == ["daily"] else VIEWS)
+    sift.main(Path(sys.argv[1]), DAILY if sys.argv[2:] == ["daily"] else VIEWS, SOURCES,
+              with_moments)

@@ -10,7 +10,11 @@ from __future__ import annotations
 import shutil
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from incr.bench import sharing
 from incr.compiler import compile_text
@@ -30,12 +34,20 @@ VIEWS = (
 )
 
 
-def main(out: Path, views: tuple[str, ...] = VIEWS) -> None:
-    """Lands the stream under ``out``, applies it run by run, and prints what it measured."""
-    text = "-- incr: buckets = 8\n-- incr: share = rollup\n" + sharing.SOURCES + "\n".join(views)
+def main(out: Path, views: tuple[str, ...] = VIEWS, sources: str = sharing.SOURCES,
+         sales: Callable[[pa.Table], pa.Table] | None = None) -> None:
+    """Lands the stream under ``out``, applies it run by run, and prints what it measured.
+
+    ``sources``: the program's tables; ``sales``: what each landed sales file becomes (a
+    column added), before any run reads it.
+    """
+    text = "-- incr: buckets = 8\n-- incr: share = rollup\n" + sources + "\n".join(views)
     spark = spark_session()
     shutil.rmtree(out, ignore_errors=True)
     steps = sharing.land(out / "data", 200_000, 1000, 12)
+    for step in steps if sales is not None else ():
+        path = out / "data" / step.files["sales"]
+        pq.write_table(sales(pq.read_table(path)), path)
     compiled = compile_text(text + "\n", path="sift.sql", name="sift")
     shutil.copytree(out / "data", out / "landing")
     pipeline = Pipeline(compiled, out / "landing", out / "warehouse", spark=spark)
