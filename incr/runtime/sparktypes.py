@@ -241,27 +241,28 @@ class SparkTypes:
             args = [node.this, *node.expressions]
             return _wider([self._type(a, scope) for a in args], node.key.upper())
         if isinstance(node, DATE_PART_NODES):
-            t = self._type(date_part_of(node), scope)
-            if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
-                raise NotLocal(f"it takes a date part of {t}, which Spark casts to a date first")
+            self._of_time(date_part_of(node), scope, "a date part", "casts to a date")
             return pa.int32()
         if isinstance(node, (exp.Upper, exp.Lower, exp.Substring, exp.Length)):
             if self._type(node.this, scope) != pa.string():
                 raise NotLocal(f"{node.key}() of what Spark casts to text first")
             return pa.int32() if isinstance(node, exp.Length) else pa.string()
         if isinstance(node, exp.TsOrDsToDate) and not node.args.get("format"):  # to_date(x)
-            t = self._type(node.this, scope)
-            if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
-                raise NotLocal(f"to_date() of {t}, which Spark parses as text")
+            self._of_time(node.this, scope, "to_date()", "parses as a date")
             return pa.date32()
         if isinstance(node, exp.TimestampTrunc):  # date_trunc(unit, x): a TIMESTAMP in UTC
-            t = self._type(node.this, scope)
-            if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
-                raise NotLocal(f"date_trunc() of {t}, which Spark casts to a TIMESTAMP first")
+            self._of_time(node.this, scope, "date_trunc()", "casts to a TIMESTAMP")
             return pa.timestamp("us", tz="UTC")  # the zone of incr's sessions
         if isinstance(node, exp.Anonymous):
             return self._function(node, scope)
         raise NotLocal(f"it uses {node.sql('spark')[:60]}, whose Spark type is not known here")
+
+    def _of_time(self, value: exp.Expr, scope, what: str, spark_does: str) -> None:
+        """Refuses ``what`` of ``value`` unless it is a DATE or TIMESTAMP: of anything else,
+        Spark first does ``spark_does`` by rules of its own."""
+        t = self._type(value, scope)
+        if not (pa.types.is_date(t) or pa.types.is_timestamp(t)):
+            raise NotLocal(f"it takes {what} of {t}, which Spark first {spark_does}")
 
     def _function(self, node: exp.Anonymous, scope) -> pa.DataType:
         name = node.name.lower()
