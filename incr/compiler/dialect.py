@@ -1,16 +1,18 @@
 """The SQL dialects the compiler reads and writes, and the spelling they share.
 
-A leaf of the compiler: it imports sqlglot only, so every other module of
-:mod:`incr.compiler` may import it without a cycle.  Programs are read in the project's
-canonical dialect (DuckDB spelling, see :mod:`incr.compiler.scalar`) and the SQL the
-runtime executes is written in Spark's.
+A leaf of the compiler: it imports sqlglot and :mod:`incr.compiler.duckdb_calls` (a leaf
+too) only, so every other module of :mod:`incr.compiler` may import it without a cycle.
+Programs are read in the project's canonical dialect (DuckDB spelling, see
+:mod:`incr.compiler.scalar`) and the SQL the runtime executes is written in Spark's.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from sqlglot import exp, parse_one
+from sqlglot import exp
+
+from incr.compiler.duckdb_calls import PARTS, call, date_diff, filled, regexp_replace, shifted
 
 #: The dialect a :class:`~incr.compiler.scalar.Scalar`'s text is kept in.
 CANONICAL_DIALECT = "duckdb"
@@ -117,7 +119,11 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
     - a substring that may start at 0 or be of a negative length takes DuckDB's characters
       (:func:`_duckdb_substring`);
     - a day of the week counts as DuckDB's does, and a second is whole, a month's or a day's
-      name written out (:func:`_duckdb_date_part`).
+      name written out (:func:`_duckdb_date_part`), as are the parts Spark has no function
+      or EXTRACT of (the epoch with its fraction, milliseconds, the ISO year, ...);
+    - ``date_diff`` counts its part's boundaries, a DATE plus an INTERVAL is a TIMESTAMP and
+      ``regexp_replace`` replaces the first match unless told ``g``
+      (:mod:`incr.compiler.duckdb_calls`).
     """
     if dialect == SPARK:
         def as_duckdb(node: exp.Expr) -> exp.Expr:
@@ -128,25 +134,26 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
                 return exp.Anonymous(this="try_mod", expressions=[node.this, node.expression])
             if isinstance(node, exp.Substring):
                 return _duckdb_substring(node)
+            if isinstance(node, exp.RegexpReplace):
+                return regexp_replace(node)
+            if isinstance(node, exp.DateDiff):
+                return date_diff(node)
+            if isinstance(node, (exp.Add, exp.Sub)):
+                return shifted(node)
             return _duckdb_date_part(node)
 
         tree = exp.replace_tree(tree.copy(), as_duckdb)
     return tree.sql(dialect=dialect)
 
 
-def _call(name: str, *args: exp.Expr) -> exp.Expr:
-    """Spark's function ``name`` of copies of ``args``, as a call this rewrite does not visit."""
-    return exp.Anonymous(this=name, expressions=[a.copy() for a in args])
-
-
 def _day_of_week(x: exp.Expr) -> exp.Expr:
     """DuckDB's ``dayofweek(x)`` (Sunday 0 to Saturday 6): Spark's counts from Sunday 1."""
-    return exp.Paren(this=exp.Sub(this=_call("dayofweek", x), expression=exp.Literal.number(1)))
+    return exp.Paren(this=exp.Sub(this=call("dayofweek", x), expression=exp.Literal.number(1)))
 
 
 def _iso_day(x: exp.Expr) -> exp.Expr:
     """DuckDB's ``isodow(x)`` (Monday 1 to Sunday 7): Spark's ``weekday`` counts from Monday 0."""
-    return exp.Paren(this=exp.Add(this=_call("weekday", x), expression=exp.Literal.number(1)))
+    return exp.Paren(this=exp.Add(this=call("weekday", x), expression=exp.Literal.number(1)))
 
 
 #: DuckDB's parts of a date or time that Spark's EXTRACT (or ``date_part``) of the same unit
@@ -154,8 +161,15 @@ def _iso_day(x: exp.Expr) -> exp.Expr:
 #: 0, Spark's from Sunday 1), the ISO day (Spark has no ISODOW) and the second (DuckDB's
 #: whole, Spark's EXTRACT keeps its fraction).
 _PARTS = {"DOW": _day_of_week, "DAYOFWEEK": _day_of_week, "WEEKDAY": _day_of_week,
-          "ISODOW": _iso_day, "SECOND": lambda x: _call("second", x),
-          "SECONDS": lambda x: _call("second", x)}
+          "ISODOW": _iso_day, "SECOND": lambda x: call("second", x),
+          "SECONDS": lambda x: call("second", x), **PARTS}
+
+
+#: DuckDB's functions of one date or time named after a part above, which Spark has not or
+#: computes otherwise.
+_FUNCTIONS = frozenset({"weekday", "millisecond", "microsecond", "isoyear", "yearweek"})
+#: DuckDB's ``prefix`` and ``suffix`` (of a text), Spark's ``startswith`` and ``endswith``.
+_AFFIXES = {"prefix": "startswith", "suffix": "endswith"}
 
 
 def _duckdb_date_part(node: exp.Expr) -> exp.Expr:
@@ -165,22 +179,31 @@ def _duckdb_date_part(node: exp.Expr) -> exp.Expr:
     ``isodow``, DuckDB's EXTRACT and ``date_part`` of those and of the second, and
     ``monthname`` and ``dayname`` (``December`` and ``Sunday`` in DuckDB, ``Dec`` and
     ``Sun`` in Spark; ``date_format`` writes them in English, as Spark's formats always
-    do).  Any other node is returned as it is.
+    do); DuckDB's ``epoch`` (with the second's fraction), ``week``, ``millisecond``,
+    ``microsecond``, ``isoyear`` and ``yearweek``, and EXTRACT and ``date_part`` of those and
+    of the decade, century and millennium (:data:`incr.compiler.duckdb_calls.PARTS`); and
+    ``prefix`` and ``suffix``.  Any other node is returned as it is.
     """
     if isinstance(node, exp.DayOfWeek):
         return _day_of_week(node.this)
     if isinstance(node, exp.DayOfWeekIso):
         return _iso_day(node.this)
+    if isinstance(node, exp.TimeToUnix):  # DuckDB's epoch(), with the second's fraction
+        return PARTS["EPOCH"](node.this)
+    if isinstance(node, exp.Week):  # DuckDB's week() is the ISO week, Spark's weekofyear
+        return call("weekofyear", node.this)
     if isinstance(node, (exp.Monthname, exp.Dayname)):
         pattern = "MMMM" if isinstance(node, exp.Monthname) else "EEEE"
-        return _call("date_format", node.this, exp.Literal.string(pattern))
+        return call("date_format", node.this, exp.Literal.string(pattern))
     unit, x = None, None
     if isinstance(node, exp.Extract):
         unit, x = node.this.name, node.expression
     elif isinstance(node, exp.Anonymous) and len(node.expressions) in (1, 2):
         name, args = node.name.lower(), node.expressions
-        if name == "weekday" and len(args) == 1:
-            unit, x = "WEEKDAY", args[0]
+        if name in _FUNCTIONS and len(args) == 1:
+            unit, x = name.upper(), args[0]
+        elif name in _AFFIXES and len(args) == 2:
+            return call(_AFFIXES[name], *args)
         elif name in ("date_part", "datepart") and len(args) == 2 \
                 and isinstance(args[0], exp.Literal) and args[0].is_string:
             unit, x = args[0].name, args[1]
@@ -207,15 +230,6 @@ _SPARK_LENGTH = f"CAST(LEAST(GREATEST(GREATEST(:a, :a + :ln) - :lo, 0), {_INT_MA
 _SPARK_PLACE = f"CAST(LEAST(GREATEST(:st, {-_INT_MAX}), {_INT_MAX}) AS INT)"
 
 
-def _filled(template: str, **parts: exp.Expr) -> exp.Expr:
-    """``template`` (Spark SQL) with each ``:name`` replaced by a copy of ``parts[name]``."""
-    def fill(node: exp.Expr) -> exp.Expr:
-        if isinstance(node, exp.Placeholder) and node.name in parts:
-            return parts[node.name].copy()
-        return node
-    return parse_one(template, read=SPARK).transform(fill)
-
-
 def _duckdb_substring(node: exp.Substring) -> exp.Expr:
     """``node`` taking the characters DuckDB takes, in Spark.
 
@@ -233,7 +247,7 @@ def _duckdb_substring(node: exp.Substring) -> exp.Expr:
         if start is not None and abs(start) <= _INT_MAX:
             return node
         place = (exp.Literal.number(max(min(start, _INT_MAX), -_INT_MAX)) if start is not None
-                 else _filled(_SPARK_PLACE, st=exp.cast(st.copy(), "BIGINT")))
+                 else filled(_SPARK_PLACE, st=exp.cast(st.copy(), "BIGINT")))
         return _known(exp.Anonymous(this="substr", expressions=[s.copy(), place]), st)
     if (start not in (None, 0) and length is not None and 0 <= length <= _INT_MAX
             and abs(start) <= _INT_MAX):
@@ -245,10 +259,10 @@ def _duckdb_substring(node: exp.Substring) -> exp.Expr:
             s.copy(), exp.Literal.number(min(lo, _INT_MAX - 1) + 1),
             exp.Literal.number(min(max(hi - lo, 0), _INT_MAX))])
     wide = {"s": s, "st": exp.cast(st.copy(), "BIGINT"), "ln": exp.cast(ln.copy(), "BIGINT")}
-    wide["a"] = _filled(_PLACE, **wide)
-    wide["lo"] = _filled(_LOW, **wide)
+    wide["a"] = filled(_PLACE, **wide)
+    wide["lo"] = filled(_LOW, **wide)
     return _known(exp.Anonymous(this="substr", expressions=[
-        s.copy(), _filled(_SPARK_START, **wide), _filled(_SPARK_LENGTH, **wide)]), st, ln)
+        s.copy(), filled(_SPARK_START, **wide), filled(_SPARK_LENGTH, **wide)]), st, ln)
 
 
 def _known(call: exp.Expr, *numbers: exp.Expr) -> exp.Expr:

@@ -135,3 +135,125 @@ def test_days_of_the_week_seconds_and_names_take_duckdb_s_values(spark, expressi
     want = [r[0] for r in oracle.sql(f"SELECT {expression} FROM grid").fetchall()]
     assert [g if g is None or isinstance(g, str) else int(g) for g in got] == \
         [w if w is None or isinstance(w, str) else int(w) for w in want], text
+
+
+#: Instants around the boundaries date_diff counts: a second's fraction either side, hours
+#: and days before 1970 (where counting units down differs from truncating), year and ISO
+#: year ends, a leap day, a century's first year; every pair of them is a row.
+INSTANTS = [dt.datetime(2026, 1, 1, 0, 0, 0, 900_000), dt.datetime(2026, 1, 1, 0, 0, 1, 100_000),
+            dt.datetime(1969, 12, 31, 22, 30), dt.datetime(1969, 12, 31, 23, 59, 59, 500_000),
+            dt.datetime(1970, 1, 1, 0, 30), dt.datetime(2026, 12, 27, 23, 0),
+            dt.datetime(2026, 12, 28, 1, 0), dt.datetime(2027, 1, 4, 0, 0, 0, 1),
+            dt.datetime(2024, 2, 29, 12), dt.datetime(2000, 1, 1), dt.datetime(1999, 12, 31, 23),
+            dt.datetime(2001, 1, 1, 6), None]
+PAIRS = [(a, b) for a in INSTANTS for b in INSTANTS]
+
+
+@pytest.mark.parametrize("expression", [
+    *(f"date_diff('{unit}', da, db)" for unit in (
+        "millennium", "century", "decade", "year", "isoyear", "quarter", "month", "week",
+        "yearweek", "day", "dow", "doy", "hour", "minute", "second", "millisecond")),
+    *(f"date_diff('{unit}', a, b)" for unit in (
+        "year", "quarter", "month", "week", "day", "hour", "minute", "second", "millisecond",
+        "microsecond")),
+    "datediff('month', a, db)", "date_diff('hours', da, b)", "date_diff('mins', a, b)",
+    "epoch(a)", "epoch(da)", "extract(epoch FROM a)", "millisecond(a)", "microsecond(a)",
+    "extract(millisecond FROM a)", "date_part('microseconds', a)", "extract(decade FROM da)",
+    "extract(century FROM a)", "extract(millennium FROM da)", "isoyear(da)",
+    "extract(isoyear FROM a)", "yearweek(da)", "date_part('yearweek', a)", "week(da)", "week(a)",
+    "da + INTERVAL 1 DAY", "da + INTERVAL 1 MONTH", "INTERVAL 2 HOUR + da", "da - INTERVAL 3 DAY",
+    "a + INTERVAL 90 MINUTE", "a - INTERVAL 1 MONTH", "date_trunc('month', da + INTERVAL 1 DAY)",
+])
+def test_date_diffs_and_the_parts_spark_lacks_take_duckdb_s_values(spark, expression):
+    """DuckDB's ``date_diff`` counts its part's boundaries (one month from 31 January to
+    1 February; Spark's DATEDIFF of a MONTH counts whole months, none); its ``epoch`` keeps
+    the second's fraction (Spark's ``unix_timestamp`` drops it); Spark has no
+    ``millisecond``, ``microsecond``, ``isoyear``, ``yearweek`` or ``week``, nor EXTRACT of
+    the epoch, decade, century or millennium; a DATE plus an INTERVAL is a TIMESTAMP in
+    DuckDB and a DATE in Spark.  Their Spark text takes DuckDB's values, NULL included."""
+    def day(t):
+        return None if t is None else t.date()
+    grid = pa.table({"a": pa.array([a for a, _ in PAIRS], pa.timestamp("us")),
+                     "b": pa.array([b for _, b in PAIRS], pa.timestamp("us")),
+                     "da": pa.array([day(a) for a, _ in PAIRS], pa.date32()),
+                     "db": pa.array([day(b) for _, b in PAIRS], pa.date32())})
+    text = render_expression(sqlglot.parse_one(expression, read="duckdb"), SPARK)
+    frame = spark.createDataFrame(grid).selectExpr(
+        "CAST(a AS TIMESTAMP_NTZ) AS a", "CAST(b AS TIMESTAMP_NTZ) AS b", "da", "db")
+    got = [r[0] for r in frame.selectExpr(f"{text} AS x").collect()]
+    oracle = connect()
+    oracle.register("grid", grid)
+    want = [r[0] for r in oracle.sql(f"SELECT {expression} FROM grid").fetchall()]
+    differ = [(pair, g, w) for pair, g, w in zip(PAIRS, got, want, strict=True) if g != w]
+    assert not differ, (text, differ[:3])
+
+
+TEXTS_TO_MATCH = ["", "abc", "abcabc", "aXbxc", "x%y_z", "ÄÖü ß", "a\nb\nc", "ab,,cd,", "  a b ",
+                  "🙂x🙂", None]
+
+
+@pytest.mark.parametrize("expression", [
+    "regexp_replace(s, '[a-c]', 'X')", "regexp_replace(s, '[a-c]', 'X', 'g')",
+    "regexp_replace(s, 'B', '-', 'i')", "regexp_replace(s, 'ä', '<\\0>', 'gi')",
+    "regexp_replace(s, 'X', '_', 'ic')", "regexp_replace(s, '(b)(c)?', '\\2\\1$1\\\\9')",
+    "regexp_replace(s, 'x*', '-')", "regexp_replace(s, '\\s', '_', 'g')",
+    "regexp_replace(s, '^.', '')", "regexp_replace(s, ',+$', '')", "regexp_replace(s, 'b.', '|')",
+    "regexp_replace(s, '(?i)A|C', '$')", "regexp_replace(regexp_replace(s, 'a', 'b'), 'b', '1')",
+    "prefix(s, 'a')", "suffix(s, 'c')", "prefix(s, '')",
+])
+def test_regexp_replace_replaces_what_duckdb_replaces(spark, expression):
+    """DuckDB's ``regexp_replace`` replaces the first match unless its options say ``g``
+    (Spark's every match), names a group ``\\1`` and reads ``$`` as itself (Spark's ``$1``
+    and an escape); ``i`` folds case beyond ASCII.  DuckDB's ``prefix`` and ``suffix`` are
+    Spark's ``startswith`` and ``endswith``.  Their Spark text replaces what DuckDB does."""
+    grid = pa.table({"s": pa.array(TEXTS_TO_MATCH, pa.string())})
+    text = render_expression(sqlglot.parse_one(expression, read="duckdb"), SPARK)
+    got = [r[0] for r in spark.createDataFrame(grid).selectExpr(f"{text} AS x").collect()]
+    oracle = connect()
+    oracle.register("grid", grid)
+    want = [r[0] for r in oracle.sql(f"SELECT {expression} FROM grid").fetchall()]
+    assert got == want, text
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_views_grouped_by_date_diffs_intervals_and_replacements_equal_duckdb(spark, dirs,
+                                                                            local_rows):
+    """Views grouped by DuckDB's ``date_diff``, ``epoch``, ``yearweek``, a DATE plus an
+    INTERVAL and ``regexp_replace``, one of them regrouped from another's state
+    (``share = rollup``), publish DuckDB's answers after an insert and a delete."""
+    from pyarrow import parquet as pq
+
+    from incr.compiler import compile_text
+    from incr.oracle import diff_answers, oracle_answer
+    from incr.runtime.pipeline import Pipeline
+    from incr.runtime.report import read_answer
+
+    landing, warehouse = dirs
+    compiled = compile_text(
+        "-- incr: share = rollup\n"
+        "CREATE TABLE t (k VARCHAR, day DATE, sold_at TIMESTAMP, v BIGINT);\n"
+        "CREATE VIEW by_day AS SELECT day, k, SUM(v) AS s, COUNT(*) AS n FROM t GROUP BY day, k;\n"
+        "CREATE VIEW by_month AS SELECT date_diff('month', DATE '2026-11-30', day) AS months, "
+        "yearweek(day) AS week, day + INTERVAL 1 DAY AS next, SUM(v) AS s FROM t GROUP BY 1, 2, 3;\n"
+        "CREATE VIEW by_text AS SELECT regexp_replace(k, '([a-c])', '<\\1>') AS first, "
+        "regexp_replace(k, '[a-c]', '#', 'g') AS every, epoch(sold_at) AS e, "
+        "date_diff('hour', TIMESTAMP '2026-12-31 23:30:00', sold_at) AS hours, MAX(v) AS top "
+        "FROM t GROUP BY 1, 2, 3, 4;\n", name="calls")
+    days = [dt.date(2026, 11, 30) + dt.timedelta(days=i * 9) for i in range(8)]
+    rows = pa.table({"k": ["abc", "cab", "xyz", None, "abc", "bb", "c", "abc"],
+                     "day": pa.array(days, pa.date32()),
+                     "sold_at": pa.array([dt.datetime(2026, 12, 31, 23, 59, 59, 250_000)
+                                     + dt.timedelta(hours=7 * i) for i in range(8)],
+                                    pa.timestamp("us")),
+                     "v": pa.array(range(8), pa.int64())})
+    (landing / "t" / "_deletes").mkdir(parents=True)
+    pq.write_table(rows, landing / "t" / "0000.parquet")
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    for step, live in ((0, rows), (1, rows.slice(3))):
+        if step:
+            pq.write_table(rows.slice(0, 3), landing / "t" / "_deletes" / "0001.parquet")
+        report = pipeline.run()
+        assert report.rejected is None, report.rejected
+        for plan in compiled.plans:
+            answer, _ = read_answer(warehouse, plan)
+            assert diff_answers(oracle_answer(plan.select, {"t": live}), answer) is None, plan.view

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from incr.compiler.duckdb_calls import check as check_call
 from incr.compiler.frontend.query import Query, Scope
 from incr.compiler.frontend.trees import contains_aggregate, func_name, window_function
 from incr.compiler.ir import AggCall
 from incr.compiler.scalar import CANONICAL_DIALECT, Scalar
+from incr.errors import CompileError
 
 #: Function names whose value changes from one evaluation to the next.
 NON_DETERMINISTIC = frozenset({
@@ -71,6 +73,10 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
                 and node.args["decimals"].is_string:
             raise scope.error(f"{node.sql(dialect=CANONICAL_DIALECT)} truncates a number to "
                               f"decimals, not a date to a unit: write date_trunc('unit', x)", node)
+        try:
+            check_call(node)
+        except CompileError as e:
+            raise scope.error(e.message, node) from e
         if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
             raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
                                "CASE inside the aggregate or into WHERE", node)

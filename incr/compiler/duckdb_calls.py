@@ -1,0 +1,236 @@
+r"""DuckDB's calls of dates, times and patterns as Spark computes them.
+
+A program's SQL means what DuckDB computes (the oracle runs it as written), and sqlglot
+writes some of DuckDB's calls as Spark's functions of the same name, which compute
+something else or do not exist.  Each rewrite here is Spark text that takes DuckDB's
+values, NULL included; :func:`incr.compiler.dialect.render_expression` applies them to the
+compiler's Spark text.
+
+- ``date_diff`` and ``datediff`` count the boundaries of their part between two times
+  (one month from 31 January to 1 February); Spark's ``DATEDIFF(MONTH, …)`` counts the
+  whole months elapsed (none).
+- ``epoch`` keeps the fraction of a second, Spark's ``unix_timestamp`` drops it; Spark
+  has no ``millisecond``, ``microsecond``, ``isoyear``, ``yearweek``, ``week``, ``prefix``
+  or ``suffix``, and no EXTRACT of the epoch, decade, century or millennium.
+- A DATE plus or minus an INTERVAL is a TIMESTAMP in DuckDB and a DATE in Spark.
+- ``regexp_replace`` replaces the first match in DuckDB, unless its options say ``g``,
+  and every match in Spark; DuckDB's replacement names a group ``\1``, Spark's ``$1``.
+
+Times are read in UTC, the zone of incr's Spark sessions and of the oracle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from sqlglot import exp, parse_one
+
+from incr.errors import CompileError
+
+SPARK = "spark"
+
+
+def call(name: str, *args: exp.Expr) -> exp.Expr:
+    """Spark's function ``name`` of copies of ``args``, as a call no rewrite visits."""
+    return exp.Anonymous(this=name, expressions=[a.copy() for a in args])
+
+
+def filled(template: str, **parts: exp.Expr) -> exp.Expr:
+    """``template`` (Spark SQL) with each ``:name`` replaced by a copy of ``parts[name]``."""
+    def fill(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Placeholder) and node.name in parts:
+            return parts[node.name].copy()
+        return node
+    return parse_one(template, read=SPARK).transform(fill)
+
+
+def _of(template: str) -> Callable[[exp.Expr], exp.Expr]:
+    """A rewrite of one argument ``:x`` into ``template``.
+
+    The result is kept in parentheses, so that it is never a node of a class a rewrite
+    would visit again.
+    """
+    return lambda x: exp.Paren(this=filled(template, x=x))
+
+
+#: Microseconds since the epoch of a DATE or TIMESTAMP (a DATE's midnight), in UTC.
+_MICROS = "unix_micros(CAST(:x AS TIMESTAMP))"
+#: DuckDB's ISO year: the year of the Thursday of the ISO week (which starts on Monday).
+_ISO_YEAR = "year(date_add(CAST(:x AS DATE), 3 - weekday(:x)))"
+
+#: DuckDB's parts of a date or time Spark lacks, by the unit's name in EXTRACT and
+#: ``date_part`` (also the name of DuckDB's function where there is one).
+PARTS: dict[str, Callable[[exp.Expr], exp.Expr]] = {
+    "EPOCH": _of(f"{_MICROS} / 1000000D"),
+    "MILLISECOND": _of(f"pmod({_MICROS}, 60000000) DIV 1000"),
+    "MICROSECOND": _of(f"pmod({_MICROS}, 60000000)"),
+    "DECADE": _of("year(:x) DIV 10"),
+    "CENTURY": _of("(year(:x) - 1) DIV 100 + 1"),
+    "MILLENNIUM": _of("(year(:x) - 1) DIV 1000 + 1"),
+    "ISOYEAR": _of(_ISO_YEAR),
+    "YEARWEEK": _of(f"{_ISO_YEAR} * 100 + weekofyear(:x)"),
+}
+for _unit, _same in (("MILLISECOND", "MILLISECONDS"), ("MICROSECOND", "MICROSECONDS")):
+    PARTS[_same] = PARTS[_unit]
+
+
+def _boundaries(template: str) -> Callable[[exp.Expr, exp.Expr], exp.Expr]:
+    """The count of a part's boundaries from ``:a`` to ``:b``, a BIGINT as DuckDB's."""
+    return lambda a, b: exp.Paren(this=exp.cast(filled(template, a=a, b=b), "BIGINT"))
+
+
+def _step(micros: int) -> str:
+    """Boundaries of a unit of ``micros`` microseconds between ``:a`` and ``:b``.
+
+    The units the epoch holds by each end, each counted down (``pmod``), so that times
+    before 1970 count as DuckDB's.
+    """
+    a, b = _MICROS.replace(":x", ":a"), _MICROS.replace(":x", ":b")
+    return f"(({b} - pmod({b}, {micros})) - ({a} - pmod({a}, {micros}))) DIV {micros}"
+
+
+def _by_year(template: str) -> str:
+    """Boundaries of a unit numbered from the year (``template`` of ``:x``)."""
+    return f"({template.replace(':x', ':b')}) - ({template.replace(':x', ':a')})"
+
+
+_DAYS = "datediff(CAST(:b AS DATE), CAST(:a AS DATE))"
+#: DuckDB's ``date_diff(part, a, b)`` by its part's names.
+_DIFFS: dict[tuple[str, ...], Callable[[exp.Expr, exp.Expr], exp.Expr]] = {
+    ("MILLENNIUM", "MILLENNIA", "MILLENIUM"): _boundaries(_by_year("year(:x) DIV 1000")),
+    ("CENTURY", "CENTURIES"): _boundaries(_by_year("year(:x) DIV 100")),
+    ("DECADE", "DECADES"): _boundaries(_by_year("year(:x) DIV 10")),
+    ("YEAR", "YEARS", "Y", "YR", "YRS"): _boundaries(_by_year("year(:x)")),
+    ("ISOYEAR",): _boundaries(_by_year(_ISO_YEAR)),
+    ("QUARTER", "QUARTERS"): _boundaries(_by_year("year(:x) * 4 + quarter(:x)")),
+    ("MONTH", "MONTHS", "MON", "MONS"): _boundaries(_by_year("year(:x) * 12 + month(:x)")),
+    ("WEEK", "WEEKS", "W", "YEARWEEK"): _boundaries(f"{_DAYS} DIV 7"),
+    ("DAY", "DAYS", "D", "DAYOFMONTH", "DOW", "DAYOFWEEK", "WEEKDAY", "ISODOW", "DOY",
+     "DAYOFYEAR"): _boundaries(_DAYS),
+    ("HOUR", "HOURS", "H", "HR", "HRS"): _boundaries(_step(3_600_000_000)),
+    ("MINUTE", "MINUTES", "M", "MIN", "MINS"): _boundaries(_step(60_000_000)),
+    ("SECOND", "SECONDS", "S", "SEC", "SECS"): _boundaries(_step(1_000_000)),
+    ("MILLISECOND", "MILLISECONDS", "MS", "MSEC", "MSECS"): _boundaries(_step(1000)),
+    ("MICROSECOND", "MICROSECONDS", "US", "USEC", "USECS"): _boundaries(_step(1)),
+}
+DIFFS = {name: rewrite for names, rewrite in _DIFFS.items() for name in names}
+
+
+def check(node: exp.Expr) -> None:
+    """Raises the error of a call that has no Spark form here, as its rewrite would.
+
+    The front end calls this on every node of a view, so that the
+    :class:`~incr.errors.CompileError` names the call where it is written, before any run.
+    """
+    if isinstance(node, exp.RegexpReplace):
+        regexp_replace(node)
+    elif isinstance(node, exp.DateDiff):
+        date_diff(node)
+
+
+def date_diff(node: exp.DateDiff) -> exp.Expr:
+    """DuckDB's ``date_diff(part, a, b)``: the part's boundaries from ``a`` to ``b``."""
+    unit = node.args.get("unit")
+    name = (unit.name if unit is not None else "DAY").upper()
+    rewrite = DIFFS.get(name)
+    if rewrite is None:
+        raise CompileError(f"date_diff of {name.lower()!r} is not supported: use one of "
+                           f"year, quarter, month, week, day, hour, minute, second, "
+                           f"millisecond or microsecond")
+    return rewrite(node.expression, node.this)
+
+
+def shifted(node: exp.Add | exp.Sub) -> exp.Expr:
+    """A DATE plus or minus an INTERVAL as DuckDB computes it: a TIMESTAMP.
+
+    In Spark the sum of a DATE and an INTERVAL of days is a DATE.  A TIMESTAMP is cast to
+    itself.
+    """
+    time, interval = node.this, node.expression
+    if isinstance(node, exp.Add) and isinstance(time, exp.Interval):
+        time, interval = interval, time
+    if (not isinstance(interval, exp.Interval) or isinstance(time, exp.Interval)
+            or (isinstance(time, exp.Cast) and time.to.is_type(exp.DataType.Type.TIMESTAMPNTZ))):
+        return node
+    return type(node)(this=exp.cast(time.copy(), exp.DataType.Type.TIMESTAMPNTZ),
+                      expression=interval.copy())
+
+
+#: DuckDB's ``regexp_replace`` options incr reads: ``g`` every match, ``i`` and ``c``
+#: case (in)sensitive.
+_OPTIONS = frozenset("gic")
+
+
+def regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
+    r"""DuckDB's ``regexp_replace(s, pattern, replacement[, options])`` in Spark.
+
+    Spark's replaces every match; DuckDB's the first unless its options hold ``g``.  The
+    first is replaced in Spark by a pattern anchored at the text's start that takes the
+    shortest prefix before it (``^([\s\S]*?)(?:pattern)``) and gives it back (``$1``),
+    the replacement's groups counted one further.  The replacement is written as Spark
+    (Java) reads it: DuckDB's ``\1`` is ``$1``, ``\\`` a backslash, and ``$`` and digits
+    are themselves.  The pattern, the replacement and the options must be written out.
+    """
+    pattern, replacement = node.expression, node.args.get("replacement")
+    options = node.args.get("modifiers")
+    written = [pattern, replacement, options]
+    if any(x is not None and not (isinstance(x, exp.Literal) and x.is_string) for x in written):
+        raise CompileError("regexp_replace: write its pattern, replacement and options out "
+                           "as text (incr translates DuckDB's regular expressions to Spark's "
+                           "when it compiles the view)")
+    flags = options.name if options is not None else ""
+    if set(flags) - _OPTIONS:
+        raise CompileError(f"regexp_replace: option(s) {''.join(sorted(set(flags) - _OPTIONS))!r} "
+                           f"are not supported; use 'g' (every match), 'i' or 'c'")
+    every, text = "g" in flags, pattern.name
+    if every and _matches_nothing(text):
+        raise CompileError(f"regexp_replace: the pattern {text!r} matches the empty text, and "
+                           f"with 'g' Spark replaces an empty match right after another "
+                           f"match where DuckDB does not; make it match one character at "
+                           f"least (for example 'x+' for 'x*')")
+    if "i" in flags and flags.rindex("i") > flags.rfind("c"):  # the last of the two wins
+        text = f"(?iu:{text})"
+    if not every:
+        text = f"^([\\s\\S]*?)(?:{text})"
+    rewrite = _java_replacement(replacement.name if replacement is not None else "",
+                                shift=0 if every else 1)
+    return call("regexp_replace", node.this, exp.Literal.string(text), exp.Literal.string(rewrite))
+
+
+def _matches_nothing(pattern: str) -> bool:
+    """Whether ``pattern`` matches the empty text.
+
+    Read by Python's ``re``, whose syntax is RE2's and Java's for all but a few forms; a
+    pattern ``re`` cannot read is let through.
+    """
+    try:
+        return re.search(pattern, "") is not None
+    except re.error:
+        return False
+
+
+def _java_replacement(rewrite: str, shift: int) -> str:
+    """DuckDB's (RE2's) replacement ``rewrite`` as Java's.
+
+    Each group is numbered ``shift`` further, and ``$1`` (the text before the first match)
+    comes first when ``shift`` is 1.
+    """
+    out = ["$1"] if shift else []
+    chars = iter(rewrite)
+    for c in chars:
+        if c == "\\":
+            nxt = next(chars, None)
+            if nxt is not None and nxt.isdigit():
+                out.append(f"${int(nxt) + shift}")
+            elif nxt == "\\":
+                out.append("\\\\")
+            else:
+                raise CompileError(f"regexp_replace: the replacement {rewrite!r} has a "
+                                   f"backslash before {nxt!r}; DuckDB reads a backslash only "
+                                   f"before a group's digit or another backslash")
+        elif c == "$" or c.isdigit():
+            out.append("\\" + c)
+        else:
+            out.append(c)
+    return "".join(out)
