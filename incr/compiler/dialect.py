@@ -204,6 +204,8 @@ def _duckdb_date_part(node: exp.Expr) -> exp.Expr:
             unit, x = name.upper(), args[0]
         elif name in _AFFIXES and len(args) == 2:
             return call(_AFFIXES[name], *args)
+        elif name == "round_even" and len(args) == 2 and integer_literal(args[1]) == 0:
+            return call("bround", *args)  # half to even, as DuckDB casts a DOUBLE to an integer
         elif name in ("date_part", "datepart") and len(args) == 2 \
                 and isinstance(args[0], exp.Literal) and args[0].is_string:
             unit, x = args[0].name, args[1]

@@ -9,6 +9,7 @@ that step's output with the expected text.  A step that raises renders as
 
 * ``name_outputs``: the query with its unaliased output items aliased by DuckDB's names.
 * ``refuse_unsupported``: ``accepted``, or the refusal.
+* ``spell_by_type``: the query with its typed calls rewritten.
 * ``decorrelate``: the rewritten query (sqlglot's pretty DuckDB SQL) and the output names
   it recorded.
 * ``split_windows``: the rewritten query (a window block over the plain block it reads).
@@ -77,6 +78,11 @@ def render_name_outputs(case: Case) -> str:
 def render_refuse_unsupported(case: Case) -> str:
     run_frontend(query_of(case), until="refuse_unsupported")
     return "accepted"
+
+
+def render_spell_by_type(case: Case) -> str:
+    q = run_frontend(query_of(case), until="spell_by_type")
+    return q.tree.sql(dialect="duckdb", pretty=True)
 
 
 def render_expand_grouping_sets(case: Case) -> str:
@@ -158,6 +164,7 @@ def render_lower_block(case: Case) -> str:
 RENDER: dict[str, Callable[[Case], str]] = {
     "name_outputs": render_name_outputs,
     "refuse_unsupported": render_refuse_unsupported,
+    "spell_by_type": render_spell_by_type,
     "expand_grouping_sets": render_expand_grouping_sets,
     "compute_join_keys": render_compute_join_keys,
     "decorrelate": render_decorrelate,
@@ -190,6 +197,11 @@ def test_name_outputs(case: Case) -> None:
 
 @pytest.mark.parametrize("case", cases_for("refuse_unsupported"))
 def test_refuse_unsupported(case: Case) -> None:
+    assert rendered(case) == case.expected
+
+
+@pytest.mark.parametrize("case", cases_for("spell_by_type"))
+def test_spell_by_type(case: Case) -> None:
     assert rendered(case) == case.expected
 
 

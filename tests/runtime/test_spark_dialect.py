@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pyarrow as pa
 import pytest
@@ -252,6 +253,58 @@ def test_views_grouped_by_date_diffs_intervals_and_replacements_equal_duckdb(spa
     for step, live in ((0, rows), (1, rows.slice(3))):
         if step:
             pq.write_table(rows.slice(0, 3), landing / "t" / "_deletes" / "0001.parquet")
+        report = pipeline.run()
+        assert report.rejected is None, report.rejected
+        for plan in compiled.plans:
+            answer, _ = read_answer(warehouse, plan)
+            assert diff_answers(oracle_answer(plan.select, {"t": live}), answer) is None, plan.view
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_rounding_casts_and_days_between_dates_take_duckdb_s_values(spark, dirs, local_rows):
+    """DuckDB rounds a DOUBLE to decimals in floating point (the average of 1.00 and 1.01
+    rounds to 1.0; Spark's ROUND of the decimal it prints, 1.01), casts a DOUBLE to an
+    integer half to even and a DECIMAL half away from zero (Spark truncates both), keeps
+    ``floor``, ``ceil`` and ``trunc`` of a DOUBLE a DOUBLE (Spark's BIGINT saturates at
+    2^63) and counts the days between two DATEs (Spark's an INTERVAL).  Views of them
+    publish DuckDB's answers after an insert and a delete."""
+    from pyarrow import parquet as pq
+
+    from incr.compiler import compile_text
+    from incr.oracle import diff_answers, oracle_answer
+    from incr.runtime.pipeline import Pipeline
+    from incr.runtime.report import read_answer
+
+    landing, warehouse = dirs
+    compiled = compile_text(
+        "CREATE TABLE t (k VARCHAR, x DOUBLE, y DOUBLE, p DECIMAL(10, 3), a DATE, b DATE, "
+        "v BIGINT);\n"
+        "CREATE VIEW averages AS SELECT k, round(AVG(x), 2) AS a2, round(SUM(x) / 7, 3) AS s3, "
+        "CAST(AVG(x) AS INTEGER) AS ai, CAST(SUM(p) AS INTEGER) AS pi FROM t GROUP BY k;\n"
+        "CREATE VIEW wholes AS SELECT CAST(x AS BIGINT) AS xi, TRY_CAST(p AS SMALLINT) AS ps, "
+        "floor(y) AS fy, ceil(y) AS cy, trunc(y) AS ty, CAST(x AS DECIMAL(20, 2)) AS xd, "
+        "COUNT(*) AS n FROM t GROUP BY 1, 2, 3, 4, 5, 6;\n"
+        "CREATE VIEW spans AS SELECT a - b AS days, round(x, 2) AS r, SUM(v) AS s "
+        "FROM t GROUP BY 1, 2;\n", name="typed")
+    xs = [1.0, 1.01, 2.675, 0.285, 2.5, 3.5, -2.5, -0.5, 0.5, 1.005, -1.005, None]
+    ys = [1e20, -3e19, 2.5, -2.5, 4503599627370497.0, -0.5, 7.0, None, 1.5, -1e300, 0.25, 3.75]
+    ps = ["2.500", "-2.500", "1.499", "0.500", "-0.500", "3.500", None, "7.250", "1.500",
+          "-1.500", "0.001", "2.000"]
+    rows = pa.table({
+        "k": ["a", "a", "b", "c", "d", "d", "e", "e", "f", "g", "g", "h"],
+        "x": pa.array(xs, pa.float64()), "y": pa.array(ys, pa.float64()),
+        "p": pa.array([None if p is None else Decimal(p) for p in ps], pa.decimal128(10, 3)),
+        "a": pa.array([dt.date(2026, 12, 1) + dt.timedelta(days=3 * i) for i in range(12)],
+                      pa.date32()),
+        "b": pa.array([dt.date(2026, 1, 31) + dt.timedelta(days=40 * i) for i in range(11)]
+                      + [None], pa.date32()),
+        "v": pa.array(range(12), pa.int64())})
+    (landing / "t" / "_deletes").mkdir(parents=True)
+    pq.write_table(rows, landing / "t" / "0000.parquet")
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    for step, live in ((0, rows), (1, rows.slice(2))):
+        if step:
+            pq.write_table(rows.slice(0, 2), landing / "t" / "_deletes" / "0001.parquet")
         report = pipeline.run()
         assert report.rejected is None, report.rejected
         for plan in compiled.plans:

@@ -11,6 +11,7 @@ trees; two tuples run them:
 
 * :data:`FRONTEND`, over the whole view (a :class:`~incr.compiler.frontend.query.Query`):
   name the unaliased output columns as DuckDB does, refuse what has no incremental form,
+  write the calls whose meaning depends on their operand's type as DuckDB computes them,
   expand grouping sets, decorrelate nested queries,
   make expression join keys columns, split window functions from the query they read,
   split into stages;
@@ -27,6 +28,10 @@ Ordering constraints of :data:`FRONTEND`:
 * ``refuse_unsupported`` next: it reads the tree as the user wrote it, so a refusal names
   the construct as written and points at it; the rewrites below lose positions and
   spellings.
+* ``spell_by_type`` after ``refuse_unsupported`` (whose refusals name calls as written) and
+  before every rewrite: sqlglot types the view as written, from the declared sources, and
+  each rewrite after it copies the calls it rewrote (a grouping set's branches, a
+  decorrelated subquery's) as they are.
 * ``expand_grouping_sets`` before ``decorrelate``: the UNION ALL it writes for a ROLLUP,
   CUBE or GROUPING SETS is a set operation like any other from there on (its branches
   may hold subqueries for ``decorrelate`` to unnest).
@@ -56,6 +61,7 @@ from incr.compiler.frontend.expand_grouping_sets import expand_grouping_sets
 from incr.compiler.frontend.name_outputs import name_outputs
 from incr.compiler.frontend.query import Query, Scope, Translation
 from incr.compiler.frontend.refuse_unsupported import refuse_unsupported
+from incr.compiler.frontend.spell_by_type import spell_by_type
 from incr.compiler.frontend.split_stages import split_stages
 from incr.compiler.frontend.split_windows import split_windows
 from incr.compiler.program import Program, ViewDecl, shift_lines
@@ -63,8 +69,9 @@ from incr.errors import Location, ParseError
 
 Step = Callable[[Query], Query]
 
-FRONTEND: tuple[Step, ...] = (name_outputs, refuse_unsupported, expand_grouping_sets, decorrelate,
-                              compute_join_keys, split_windows, split_stages)
+FRONTEND: tuple[Step, ...] = (name_outputs, refuse_unsupported, spell_by_type,
+                              expand_grouping_sets, decorrelate, compute_join_keys, split_windows,
+                              split_stages)
 
 
 def parse_query(view: ViewDecl, program: Program) -> Query:

@@ -1,0 +1,139 @@
+"""Calls whose meaning depends on their operand's type, written as DuckDB computes them.
+
+The program's SQL means what DuckDB computes, and for a few calls DuckDB and Spark agree on
+some operand types only.  Neither the compiler's Spark text nor the runtime knows the types
+when the text is written (:func:`incr.compiler.dialect.render_expression` sees one
+expression), so this step types the view once, as sqlglot infers it from the declared
+sources, and rewrites each such call into a form that DuckDB computes to the same value
+and whose Spark text takes DuckDB's value too:
+
+- ``round(x, n)`` of a DOUBLE, ``n`` from 1 to 15: DuckDB multiplies by ``10^n``, rounds
+  half away from zero and divides back, in floating point (``round(1.005, 2)`` is 1.0);
+  Spark rounds the decimal the DOUBLE prints as (1.01).  Written ``round(x * 10^n) / 10^n``,
+  which both compute alike.  The same for a cast of a DOUBLE to a DECIMAL with a scale.
+- ``floor``, ``ceil`` and ``trunc`` of a DOUBLE are DOUBLEs in DuckDB and BIGINTs in Spark,
+  which saturate beyond 2^63: written as the whole number cast back to DOUBLE below 2^52
+  (beyond it, every DOUBLE is whole already).
+- A DOUBLE or FLOAT cast to an integer type rounds half to even in DuckDB and truncates in
+  Spark; a DECIMAL rounds half away from zero in DuckDB and truncates in Spark.  The operand
+  is rounded first (``round_even(x, 0)``, Spark's ``bround``; ``round(x)``).
+- A DATE minus a DATE is a count of days in DuckDB and an INTERVAL in Spark: written
+  ``date_diff('day', b, a)``.
+
+A view sqlglot cannot type (a name it cannot resolve) is left as written: its calls run as
+before, Spark's way.  An operand of another type is left alone too.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.qualify import qualify
+
+from incr.compiler.dialect import CANONICAL_DIALECT, integer_literal
+from incr.compiler.frontend.query import Query
+
+#: The calls this step may rewrite.
+_TYPED = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub)
+#: Every DOUBLE of at least this magnitude is a whole number (2^52).
+_WHOLE = 4_503_599_627_370_496
+#: The place of a call in the view's tree, kept in the node's meta across sqlglot's copies.
+_MARK = "incr_typed"
+
+_DOUBLE, _FLOAT, _DATE = exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DATE
+_INTEGRAL = exp.DataType.INTEGER_TYPES
+
+
+def spell_by_type(q: Query) -> Query:
+    """Rewrites, in place, the typed calls of the view (see the module's docstring)."""
+    program = q.scope.program
+    schema: dict[str, object] = {t.name: {c.name: str(c.type) for c in t.columns}
+                                 for t in program.tables}
+    typed = _operand_types(q.tree, schema)
+    for node, types in typed:
+        spelled = _spelled(node, *types)
+        if spelled is not None:
+            node.replace(spelled)
+    return q
+
+
+def _operand_types(tree: exp.Expr, schema: dict[str, object]
+                   ) -> list[tuple[exp.Expr, tuple[exp.DataType | None, exp.DataType | None]]]:
+    """Each typed call of ``tree`` with the types of its operands (``this``, ``expression``).
+
+    sqlglot types a qualified copy of the tree; each call is found again there by a mark
+    set on the copy before qualifying it.  A call qualifying copied (an alias expanded)
+    is typed once; a view sqlglot cannot qualify has none.
+    """
+    copy = tree.copy()
+    calls: dict[int, exp.Expr] = {}
+    for i, (node, twin) in enumerate(zip(tree.walk(bfs=False), copy.walk(bfs=False))):
+        if isinstance(node, _TYPED):
+            twin.meta[_MARK] = i
+            calls[i] = node
+    try:
+        qualified = qualify(copy, schema=schema, dialect=CANONICAL_DIALECT,
+                            validate_qualify_columns=False, quote_identifiers=False)
+        annotate_types(qualified, schema=schema, dialect=CANONICAL_DIALECT)
+    except Exception:  # noqa: BLE001 - typing is best effort: an untyped view keeps its calls
+        return []
+    found: dict[int, tuple[exp.DataType | None, exp.DataType | None]] = {}
+    for twin in qualified.walk():
+        mark = twin.meta.get(_MARK)
+        if mark is not None and mark not in found:
+            other = twin.args.get("expression")
+            found[mark] = (twin.this.type if isinstance(twin.this, exp.Expr) else None,
+                        other.type if isinstance(other, exp.Expr) else None)
+    return [(calls[i], types) for i, types in sorted(found.items())]
+
+
+def _spelled(node: exp.Expr, this: exp.DataType | None,
+             other: exp.DataType | None) -> exp.Expr | None:
+    """``node`` written so that both engines compute DuckDB's value, or None to keep it."""
+    if this is None:
+        return None
+    x = node.this
+    if isinstance(node, exp.Round) and this.is_type(_DOUBLE):
+        n = integer_literal(node.args.get("decimals"))
+        return _scaled_round(x, n) if n is not None and 0 < n <= 15 else None
+    if isinstance(node, (exp.Floor, exp.Ceil, exp.Trunc)) and this.is_type(_DOUBLE) \
+            and node.args.get("decimals") is None:
+        whole = exp.cast(type(node)(this=x.copy()), _DOUBLE)
+        small = exp.LT(this=exp.Abs(this=x.copy()), expression=exp.Literal.number(_WHOLE))
+        return exp.Case(ifs=[exp.If(this=small, true=whole)], default=x.copy())
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        to = node.to
+        if to.is_type(*_INTEGRAL) and this.is_type(_DOUBLE, _FLOAT):
+            even = exp.Anonymous(this="round_even", expressions=[x.copy(), exp.Literal.number(0)])
+            return node.__class__(this=even, to=to.copy())
+        if to.is_type(*_INTEGRAL) and this.is_type(exp.DataType.Type.DECIMAL):
+            return node.__class__(this=exp.Round(this=x.copy()), to=to.copy())
+        if to.is_type(exp.DataType.Type.DECIMAL) and this.is_type(_DOUBLE):
+            params = to.expressions
+            scale = integer_literal(params[1].this) if len(params) == 2 else None
+            if scale is not None and 0 < scale <= 15:
+                return node.__class__(this=_scaled_round(x, scale), to=to.copy())
+        return None
+    if isinstance(node, exp.Sub) and this.is_type(_DATE) and other is not None \
+            and other.is_type(_DATE):
+        return exp.DateDiff(this=x.copy(), expression=node.expression.copy(),
+                            unit=exp.var("DAY"))
+    return None
+
+
+def _operand(x: exp.Expr) -> exp.Expr:
+    """A copy of ``x`` to multiply: in parentheses unless it is one term already."""
+    one = isinstance(x, (exp.Column, exp.Func, exp.Literal, exp.Paren))
+    return x.copy() if one else exp.Paren(this=x.copy())
+
+
+def _scaled_round(x: exp.Expr, n: int) -> exp.Expr:
+    """DuckDB's ``round(x, n)`` of a DOUBLE: ``round(x * 10^n) / 10^n`` in floating point.
+
+    ``10^n`` is written as a DECIMAL (exact, a DOUBLE in both engines' product); Spark's
+    ``round`` of the product rounds the decimal it prints as, which is on the same side of
+    a half as the product itself (a half is a DOUBLE of its own).
+    """
+    scale = exp.Literal.number(f"{10 ** n}.0")
+    product = exp.Round(this=exp.Mul(this=_operand(x), expression=scale))
+    return exp.Paren(this=exp.Div(this=product, expression=scale.copy()))
