@@ -58,6 +58,9 @@ AGGREGATES = [
     "MIN(x)", "MAX(v)", "MIN(k1)", "MAX(d)", "COUNT(DISTINCT v)", "COUNT(DISTINCT k1)",
     "STDDEV_SAMP(x)", "VAR_SAMP(v)", "STDDEV_POP(v)", "VAR_POP(x)", "SUM(v * 2 + 1)",
     "SUM(CASE WHEN x > 1 THEN v ELSE 0 END)", "MAX(abs(x))",
+    # rounding as DuckDB rounds: a DOUBLE to decimals in floating point, to an integer half
+    # to even, a DECIMAL half away from zero; floor of a DOUBLE a DOUBLE
+    "round(AVG(x), 2)", "SUM(CAST(x AS BIGINT))", "MAX(CAST(d AS INTEGER))", "floor(MIN(x))",
 ]
 #: Groupings that are a function of a key of KEYS (seed 003's lineage-key algebra): under
 #: share = rollup, answered from the state of a family grouped by that key.
