@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from sqlglot import exp
 
-from incr.compiler.duckdb_calls import PARTS, call, date_diff, filled, regexp_replace, shifted
+from incr.compiler.duckdb_calls import PARTS, call, concat, date_diff, filled, regexp_replace, shifted
 
 #: The dialect a :class:`~incr.compiler.scalar.Scalar`'s text is kept in.
 CANONICAL_DIALECT = "duckdb"
@@ -121,8 +121,8 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
     - a day of the week counts as DuckDB's does, and a second is whole, a month's or a day's
       name written out (:func:`_duckdb_date_part`), as are the parts Spark has no function
       or EXTRACT of (the epoch with its fraction, milliseconds, the ISO year, ...);
-    - ``date_diff`` counts its part's boundaries, a DATE plus an INTERVAL is a TIMESTAMP and
-      ``regexp_replace`` replaces the first match unless told ``g``
+    - ``date_diff`` counts its part's boundaries, a DATE plus an INTERVAL is a TIMESTAMP,
+      ``concat`` takes numbers and ``regexp_replace`` replaces the first match unless told ``g``
       (:mod:`incr.compiler.duckdb_calls`).
     """
     if dialect == SPARK:
@@ -136,6 +136,8 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
                 return _duckdb_substring(node)
             if isinstance(node, exp.RegexpReplace):
                 return regexp_replace(node)
+            if type(node) is exp.Concat and node.args.get("coalesce"):  # not ConcatWs
+                return concat(node)
             if isinstance(node, exp.DateDiff):
                 return date_diff(node)
             if isinstance(node, (exp.Add, exp.Sub)):

@@ -13,6 +13,8 @@ compiler's Spark text.
   has no ``millisecond``, ``microsecond``, ``isoyear``, ``yearweek``, ``week``, ``prefix``
   or ``suffix``, and no EXTRACT of the epoch, decade, century or millennium.
 - A DATE plus or minus an INTERVAL is a TIMESTAMP in DuckDB and a DATE in Spark.
+- ``concat`` of a number fails in Spark as sqlglot writes it (each argument coalesced to
+  ``''``); each is cast to text first.
 - ``regexp_replace`` replaces the first match in DuckDB, unless its options say ``g``,
   and every match in Spark; DuckDB's replacement names a group ``\1``, Spark's ``$1``.
 
@@ -139,6 +141,17 @@ def date_diff(node: exp.DateDiff) -> exp.Expr:
                            f"year, quarter, month, week, day, hour, minute, second, "
                            f"millisecond or microsecond")
     return rewrite(node.expression, node.this)
+
+
+def concat(node: exp.Concat) -> exp.Expr:
+    """DuckDB's ``concat(a, b, ...)``: each argument as text, a NULL as nothing.
+
+    sqlglot writes ``COALESCE(a, '')`` for each, which Spark's ANSI mode refuses for a
+    number (``''`` is no BIGINT); the argument is cast to text first, as DuckDB's is.
+    """
+    parts = [exp.Coalesce(this=exp.cast(a.copy(), "VARCHAR"), expressions=[exp.Literal.string("")])
+             for a in node.expressions]
+    return call("concat", *parts)
 
 
 def shifted(node: exp.Add | exp.Sub) -> exp.Expr:

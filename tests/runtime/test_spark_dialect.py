@@ -78,6 +78,15 @@ def test_a_nested_division_or_remainder_is_null_on_a_zero_divisor(spark, express
     assert got == want
 
 
+@pytest.mark.parametrize("expression", ["concat(s, p)", "concat(s, NULL, n)", "concat(p)",
+                                        "concat(p, '/', n, s)", "concat_ws('-', s, p)"])
+def test_concat_takes_numbers_and_skips_nulls_as_duckdb_does(spark, expression):
+    """DuckDB's ``concat`` writes each argument as text and a NULL as nothing; sqlglot's
+    Spark text coalesced each argument to ``''``, which ANSI mode refuses for a number."""
+    got, want = _both(spark, expression)
+    assert got == want
+
+
 @pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
 def test_a_batch_of_substring_places_beyond_spark_s_int_is_folded_as_duckdb_takes_it(
         spark, dirs, local_rows):

@@ -20,6 +20,9 @@ and whose Spark text takes DuckDB's value too:
 - A DATE minus a DATE is a count of days in DuckDB and an INTERVAL in Spark: written
   ``date_diff('day', b, a)``.
 
+A DOUBLE or FLOAT cast to text or concatenated to text is refused: DuckDB writes 12345678.0
+and 1e+16 where Spark writes 1.2345678E7 and 1.0E16, and no Spark function writes DuckDB's.
+
 A view sqlglot cannot type (a name it cannot resolve) is left as written: its calls run as
 before, Spark's way.  An operand of another type is left alone too.
 """
@@ -31,10 +34,11 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
 from incr.compiler.dialect import CANONICAL_DIALECT, integer_literal
-from incr.compiler.frontend.query import Query
+from incr.compiler.frontend.query import Query, Scope
 
 #: The calls this step may rewrite.
-_TYPED = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub)
+_TYPED = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub, exp.DPipe,
+          exp.Concat, exp.ConcatWs)
 #: Every DOUBLE of at least this magnitude is a whole number (2^52).
 _WHOLE = 4_503_599_627_370_496
 #: The place of a call in the view's tree, kept in the node's meta across sqlglot's copies.
@@ -45,25 +49,28 @@ _INTEGRAL = exp.DataType.INTEGER_TYPES
 
 
 def spell_by_type(q: Query) -> Query:
-    """Rewrites, in place, the typed calls of the view (see the module's docstring)."""
+    """Rewrites, in place, the typed calls of the view (see the module's docstring).
+
+    Raises:
+        CompileError: for a DOUBLE written as text, which the engines write otherwise.
+    """
     program = q.scope.program
     schema: dict[str, object] = {t.name: {c.name: str(c.type) for c in t.columns}
                                  for t in program.tables}
-    typed = _operand_types(q.tree, schema)
-    for node, types in typed:
-        spelled = _spelled(node, *types)
+    for node, typed in _typed_twins(q.tree, schema):
+        _refuse_text_of_a_double(q.scope, node, typed)
+        spelled = _spelled(node, typed)
         if spelled is not None:
             node.replace(spelled)
     return q
 
 
-def _operand_types(tree: exp.Expr, schema: dict[str, object]
-                   ) -> list[tuple[exp.Expr, tuple[exp.DataType | None, exp.DataType | None]]]:
-    """Each typed call of ``tree`` with the types of its operands (``this``, ``expression``).
+def _typed_twins(tree: exp.Expr, schema: dict[str, object]) -> list[tuple[exp.Expr, exp.Expr]]:
+    """Each typed call of ``tree`` with its twin in a copy sqlglot has typed.
 
     sqlglot types a qualified copy of the tree; each call is found again there by a mark
     set on the copy before qualifying it.  A call qualifying copied (an alias expanded)
-    is typed once; a view sqlglot cannot qualify has none.
+    is taken once; a view sqlglot cannot qualify has none.
     """
     copy = tree.copy()
     calls: dict[int, exp.Expr] = {}
@@ -77,19 +84,46 @@ def _operand_types(tree: exp.Expr, schema: dict[str, object]
         annotate_types(qualified, schema=schema, dialect=CANONICAL_DIALECT)
     except Exception:  # noqa: BLE001 - typing is best effort: an untyped view keeps its calls
         return []
-    found: dict[int, tuple[exp.DataType | None, exp.DataType | None]] = {}
+    found: dict[int, exp.Expr] = {}
     for twin in qualified.walk():
         mark = twin.meta.get(_MARK)
         if mark is not None and mark not in found:
-            other = twin.args.get("expression")
-            found[mark] = (twin.this.type if isinstance(twin.this, exp.Expr) else None,
-                        other.type if isinstance(other, exp.Expr) else None)
-    return [(calls[i], types) for i, types in sorted(found.items())]
+            found[mark] = twin
+    return [(calls[i], twin) for i, twin in sorted(found.items())]
 
 
-def _spelled(node: exp.Expr, this: exp.DataType | None,
-             other: exp.DataType | None) -> exp.Expr | None:
+def _type(node: object) -> exp.DataType | None:
+    """The type sqlglot gave ``node``, if it is an expression it typed."""
+    return node.type if isinstance(node, exp.Expr) and node.type is not None else None
+
+
+def _refuse_text_of_a_double(scope: Scope, node: exp.Expr, typed: exp.Expr) -> None:
+    """Refuses a DOUBLE or FLOAT cast to text or concatenated to text.
+
+    DuckDB writes 12345678.0 and 1e+16 where Spark (Java) writes 1.2345678E7 and 1.0E16.
+    """
+    if isinstance(typed, (exp.Cast, exp.TryCast)) and typed.to.is_type(*exp.DataType.TEXT_TYPES):
+        pairs = [(node.this, typed.this)]
+    elif isinstance(typed, exp.DPipe):
+        pairs = [(node.this, typed.this), (node.expression, typed.expression)]
+    elif isinstance(typed, (exp.Concat, exp.ConcatWs)):
+        pairs = list(zip(node.expressions, typed.expressions))
+    else:
+        return
+    for written, operand in pairs:
+        t = _type(operand)
+        if t is not None and t.is_type(_DOUBLE, _FLOAT):
+            x = written.sql(dialect=CANONICAL_DIALECT)
+            name = "DOUBLE" if t.is_type(_DOUBLE) else "FLOAT"
+            raise scope.error(
+                f"{x} is a {name} written as text, which Spark writes otherwise than DuckDB "
+                f"(1.2345678E7 for 12345678.0): cast it to a DECIMAL first, e.g. "
+                f"CAST(CAST({x} AS DECIMAL(18, 2)) AS VARCHAR)", written)
+
+
+def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
     """``node`` written so that both engines compute DuckDB's value, or None to keep it."""
+    this, other = _type(typed.this), _type(typed.args.get("expression"))
     if this is None:
         return None
     x = node.this
