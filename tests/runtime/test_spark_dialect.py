@@ -225,12 +225,10 @@ def test_regexp_replace_replaces_what_duckdb_replaces(spark, expression):
     assert got == want, text
 
 
-@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
-def test_views_grouped_by_date_diffs_intervals_and_replacements_equal_duckdb(spark, dirs,
-                                                                            local_rows):
-    """Views grouped by DuckDB's ``date_diff``, ``epoch``, ``yearweek``, a DATE plus an
-    INTERVAL and ``regexp_replace``, one of them regrouped from another's state
-    (``share = rollup``), publish DuckDB's answers after an insert and a delete."""
+def _insert_then_delete(spark, dirs, local_rows: int, program: str, rows: pa.Table,
+                        deleted: int) -> None:
+    """Runs ``program`` over ``rows`` of its table ``t``, then over a delete of the first
+    ``deleted`` of them, each view's answer equal to DuckDB's after each batch."""
     from pyarrow import parquet as pq
 
     from incr.compiler import compile_text
@@ -239,7 +237,27 @@ def test_views_grouped_by_date_diffs_intervals_and_replacements_equal_duckdb(spa
     from incr.runtime.report import read_answer
 
     landing, warehouse = dirs
-    compiled = compile_text(
+    compiled = compile_text(program, name="calls")
+    (landing / "t" / "_deletes").mkdir(parents=True)
+    pq.write_table(rows, landing / "t" / "0000.parquet")
+    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
+    for step, live in ((0, rows), (1, rows.slice(deleted))):
+        if step:
+            pq.write_table(rows.slice(0, deleted), landing / "t" / "_deletes" / "0001.parquet")
+        report = pipeline.run()
+        assert report.rejected is None, report.rejected
+        for plan in compiled.plans:
+            answer, _ = read_answer(warehouse, plan)
+            assert diff_answers(oracle_answer(plan.select, {"t": live}), answer) is None, plan.view
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_views_grouped_by_date_diffs_intervals_and_replacements_equal_duckdb(spark, dirs,
+                                                                            local_rows):
+    """Views grouped by DuckDB's ``date_diff``, ``epoch``, ``yearweek``, a DATE plus an
+    INTERVAL and ``regexp_replace``, one of them regrouped from another's state
+    (``share = rollup``), publish DuckDB's answers after an insert and a delete."""
+    program = (
         "-- incr: share = rollup\n"
         "CREATE TABLE t (k VARCHAR, day DATE, sold_at TIMESTAMP, v BIGINT);\n"
         "CREATE VIEW by_day AS SELECT day, k, SUM(v) AS s, COUNT(*) AS n FROM t GROUP BY day, k;\n"
@@ -248,7 +266,7 @@ def test_views_grouped_by_date_diffs_intervals_and_replacements_equal_duckdb(spa
         "CREATE VIEW by_text AS SELECT regexp_replace(k, '([a-c])', '<\\1>') AS first, "
         "regexp_replace(k, '[a-c]', '#', 'g') AS every, epoch(sold_at) AS e, "
         "date_diff('hour', TIMESTAMP '2026-12-31 23:30:00', sold_at) AS hours, MAX(v) AS top "
-        "FROM t GROUP BY 1, 2, 3, 4;\n", name="calls")
+        "FROM t GROUP BY 1, 2, 3, 4;\n")
     days = [dt.date(2026, 11, 30) + dt.timedelta(days=i * 9) for i in range(8)]
     rows = pa.table({"k": ["abc", "cab", "xyz", None, "abc", "bb", "c", "abc"],
                      "day": pa.array(days, pa.date32()),
@@ -256,17 +274,7 @@ def test_views_grouped_by_date_diffs_intervals_and_replacements_equal_duckdb(spa
                                      + dt.timedelta(hours=7 * i) for i in range(8)],
                                     pa.timestamp("us")),
                      "v": pa.array(range(8), pa.int64())})
-    (landing / "t" / "_deletes").mkdir(parents=True)
-    pq.write_table(rows, landing / "t" / "0000.parquet")
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
-    for step, live in ((0, rows), (1, rows.slice(3))):
-        if step:
-            pq.write_table(rows.slice(0, 3), landing / "t" / "_deletes" / "0001.parquet")
-        report = pipeline.run()
-        assert report.rejected is None, report.rejected
-        for plan in compiled.plans:
-            answer, _ = read_answer(warehouse, plan)
-            assert diff_answers(oracle_answer(plan.select, {"t": live}), answer) is None, plan.view
+    _insert_then_delete(spark, dirs, local_rows, program, rows, deleted=3)
 
 
 @pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
@@ -277,15 +285,7 @@ def test_rounding_casts_and_days_between_dates_take_duckdb_s_values(spark, dirs,
     ``floor``, ``ceil`` and ``trunc`` of a DOUBLE a DOUBLE (Spark's BIGINT saturates at
     2^63) and counts the days between two DATEs (Spark's an INTERVAL).  Views of them
     publish DuckDB's answers after an insert and a delete."""
-    from pyarrow import parquet as pq
-
-    from incr.compiler import compile_text
-    from incr.oracle import diff_answers, oracle_answer
-    from incr.runtime.pipeline import Pipeline
-    from incr.runtime.report import read_answer
-
-    landing, warehouse = dirs
-    compiled = compile_text(
+    program = (
         "CREATE TABLE t (k VARCHAR, x DOUBLE, y DOUBLE, p DECIMAL(10, 3), a DATE, b DATE, "
         "v BIGINT);\n"
         "CREATE VIEW averages AS SELECT k, round(AVG(x), 2) AS a2, round(SUM(x) / 7, 3) AS s3, "
@@ -294,7 +294,7 @@ def test_rounding_casts_and_days_between_dates_take_duckdb_s_values(spark, dirs,
         "floor(y) AS fy, ceil(y) AS cy, trunc(y) AS ty, CAST(x AS DECIMAL(20, 2)) AS xd, "
         "COUNT(*) AS n FROM t GROUP BY 1, 2, 3, 4, 5, 6;\n"
         "CREATE VIEW spans AS SELECT a - b AS days, round(x, 2) AS r, SUM(v) AS s "
-        "FROM t GROUP BY 1, 2;\n", name="typed")
+        "FROM t GROUP BY 1, 2;\n")
     xs = [1.0, 1.01, 2.675, 0.285, 2.5, 3.5, -2.5, -0.5, 0.5, 1.005, -1.005, None]
     ys = [1e20, -3e19, 2.5, -2.5, 4503599627370497.0, -0.5, 7.0, None, 1.5, -1e300, 0.25, 3.75]
     ps = ["2.500", "-2.500", "1.499", "0.500", "-0.500", "3.500", None, "7.250", "1.500",
@@ -308,14 +308,4 @@ def test_rounding_casts_and_days_between_dates_take_duckdb_s_values(spark, dirs,
         "b": pa.array([dt.date(2026, 1, 31) + dt.timedelta(days=40 * i) for i in range(11)]
                       + [None], pa.date32()),
         "v": pa.array(range(12), pa.int64())})
-    (landing / "t" / "_deletes").mkdir(parents=True)
-    pq.write_table(rows, landing / "t" / "0000.parquet")
-    pipeline = Pipeline(compiled, landing, warehouse, spark=spark, local_rows=local_rows)
-    for step, live in ((0, rows), (1, rows.slice(2))):
-        if step:
-            pq.write_table(rows.slice(0, 2), landing / "t" / "_deletes" / "0001.parquet")
-        report = pipeline.run()
-        assert report.rejected is None, report.rejected
-        for plan in compiled.plans:
-            answer, _ = read_answer(warehouse, plan)
-            assert diff_answers(oracle_answer(plan.select, {"t": live}), answer) is None, plan.view
+    _insert_then_delete(spark, dirs, local_rows, program, rows, deleted=2)
