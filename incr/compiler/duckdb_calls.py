@@ -180,8 +180,8 @@ def regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
 
     Spark's replaces every match; DuckDB's the first unless its options hold ``g``.  The
     first is replaced in Spark by a pattern anchored at the text's start that takes the
-    shortest prefix before it (``^([\s\S]*?)(?:pattern)``) and gives it back (``$1``),
-    the replacement's groups counted one further.  The replacement is written as Spark
+    shortest prefix before it (``^([\s\S]*?)(pattern)``) and gives it back (``$1``),
+    the replacement's groups counted two further.  The replacement is written as Spark
     (Java) reads it: DuckDB's ``\1`` is ``$1``, ``\\`` a backslash, and ``$`` and digits
     are themselves.  The pattern, the replacement and the options must be written out.
     """
@@ -205,9 +205,8 @@ def regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
     if "i" in flags and flags.rindex("i") > flags.rfind("c"):  # the last of the two wins
         text = f"(?iu:{text})"
     if not every:
-        text = f"^([\\s\\S]*?)(?:{text})"
-    rewrite = _java_replacement(replacement.name if replacement is not None else "",
-                                shift=0 if every else 1)
+        text = f"^([\\s\\S]*?)({text})"
+    rewrite = _java_replacement(replacement.name if replacement is not None else "", every)
     return call("regexp_replace", node.this, exp.Literal.string(text), exp.Literal.string(rewrite))
 
 
@@ -223,13 +222,14 @@ def _matches_nothing(pattern: str) -> bool:
         return False
 
 
-def _java_replacement(rewrite: str, shift: int) -> str:
-    """DuckDB's (RE2's) replacement ``rewrite`` as Java's.
+def _java_replacement(rewrite: str, every: bool) -> str:
+    r"""DuckDB's (RE2's) replacement ``rewrite`` as Java's.
 
-    Each group is numbered ``shift`` further, and ``$1`` (the text before the first match)
-    comes first when ``shift`` is 1.
+    Replacing every match, DuckDB's group ``\k`` is Java's ``$k``.  Replacing the first,
+    the pattern is ``^(prefix)(pattern)``: the replacement starts with the prefix (``$1``),
+    the whole match (``\0``) is ``$2`` and group ``\k`` is ``$(k + 2)``.
     """
-    out = ["$1"] if shift else []
+    out, shift = ([], 0) if every else (["$1"], 2)
     chars = iter(rewrite)
     for c in chars:
         if c == "\\":

@@ -208,7 +208,9 @@ TEXTS_TO_MATCH = ["", "abc", "abcabc", "aXbxc", "x%y_z", "ÄÖü ß", "a\nb\nc",
     "regexp_replace(s, 'X', '_', 'ic')", "regexp_replace(s, '(b)(c)?', '\\2\\1$1\\\\9')",
     "regexp_replace(s, 'x*', '-')", "regexp_replace(s, '\\s', '_', 'g')",
     "regexp_replace(s, '^.', '')", "regexp_replace(s, ',+$', '')", "regexp_replace(s, 'b.', '|')",
-    "regexp_replace(s, '(?i)A|C', '$')", "regexp_replace(regexp_replace(s, 'a', 'b'), 'b', '1')",
+    "regexp_replace(s, '(?i)A|C', '$')", "regexp_replace(s, 'b+', '[\\0]')",
+    "regexp_replace(s, '(a)(b)(c)', '\\3\\2\\1\\0')", "regexp_replace(s, 'a|b', '\\0\\0', 'g')",
+    "regexp_replace(regexp_replace(s, 'a', 'b'), 'b', '1')",
     "prefix(s, 'a')", "suffix(s, 'c')", "prefix(s, '')",
 ])
 def test_regexp_replace_replaces_what_duckdb_replaces(spark, expression):

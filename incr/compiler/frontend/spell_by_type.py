@@ -57,8 +57,10 @@ def spell_by_type(q: Query) -> Query:
     program = q.scope.program
     schema: dict[str, object] = {t.name: {c.name: str(c.type) for c in t.columns}
                                  for t in program.tables}
-    for node, typed in _typed_twins(q.tree, schema):
+    twins = _typed_twins(q.tree, schema)
+    for node, typed in twins:
         _refuse_text_of_a_double(q.scope, node, typed)
+    for node, typed in reversed(twins):  # inner calls first: an outer one copies them rewritten
         spelled = _spelled(node, typed)
         if spelled is not None:
             node.replace(spelled)
@@ -66,7 +68,7 @@ def spell_by_type(q: Query) -> Query:
 
 
 def _typed_twins(tree: exp.Expr, schema: dict[str, object]) -> list[tuple[exp.Expr, exp.Expr]]:
-    """Each typed call of ``tree`` with its twin in a copy sqlglot has typed.
+    """Each typed call of ``tree`` with its twin in a copy sqlglot has typed, outer first.
 
     sqlglot types a qualified copy of the tree; each call is found again there by a mark
     set on the copy before qualifying it.  A call qualifying copied (an alias expanded)
