@@ -12,7 +12,16 @@ from typing import NamedTuple
 
 from sqlglot import exp
 
-from incr.compiler.duckdb_calls import PARTS, call, concat, date_diff, filled, regexp_replace, shifted
+from incr.compiler.duckdb_calls import (
+    PARTS,
+    call,
+    concat,
+    date_add,
+    date_diff,
+    filled,
+    regexp_replace,
+    shifted,
+)
 
 #: The dialect a :class:`~incr.compiler.scalar.Scalar`'s text is kept in.
 CANONICAL_DIALECT = "duckdb"
@@ -142,6 +151,8 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
                 return date_diff(node)
             if isinstance(node, (exp.Add, exp.Sub)):
                 return shifted(node)
+            if isinstance(node, exp.DateAdd):
+                return date_add(node)
             return _duckdb_date_part(node)
 
         tree = exp.replace_tree(tree.copy(), as_duckdb)

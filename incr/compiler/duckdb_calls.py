@@ -12,7 +12,8 @@ compiler's Spark text.
 - ``epoch`` keeps the fraction of a second, Spark's ``unix_timestamp`` drops it; Spark
   has no ``millisecond``, ``microsecond``, ``isoyear``, ``yearweek``, ``week``, ``prefix``
   or ``suffix``, and no EXTRACT of the epoch, decade, century or millennium.
-- A DATE plus or minus an INTERVAL is a TIMESTAMP in DuckDB and a DATE in Spark.
+- A DATE plus or minus an INTERVAL (also ``date_add``) is a TIMESTAMP in DuckDB and a DATE
+  in Spark, whose ``date_add`` takes no INTERVAL.
 - ``concat`` of a number fails in Spark as sqlglot writes it (each argument coalesced to
   ``''``); each is cast to text first.
 - ``regexp_replace`` replaces the first match in DuckDB, unless its options say ``g``,
@@ -129,6 +130,23 @@ def check(node: exp.Expr) -> None:
         regexp_replace(node)
     elif isinstance(node, exp.DateDiff):
         date_diff(node)
+    elif isinstance(node, exp.SimilarTo):
+        raise CompileError("SIMILAR TO is not supported: Spark has none; write LIKE, or "
+                           "regexp_matches with the pattern anchored by ^ and $")
+    elif isinstance(node, exp.Anonymous) and node.name.lower() in _MISSING \
+            and len(node.expressions) in _MISSING[node.name.lower()][0]:
+        raise CompileError(_MISSING[node.name.lower()][1])
+
+
+#: DuckDB's functions Spark has no form of here, by name: the argument counts refused and
+#: what to write instead.
+_MISSING = {
+    "date_sub": ((3,), ("date_sub(part, start, end) is not supported: Spark counts whole "
+                       "parts otherwise; write date_diff(part, start, end), which counts "
+                       "the part's boundaries")),
+    "age": ((1, 2), ("age() is not supported: Spark has no interval of years, months and "
+                    "days between two times; write date_diff of the part you need")),
+}
 
 
 def date_diff(node: exp.DateDiff) -> exp.Expr:
@@ -152,6 +170,13 @@ def concat(node: exp.Concat) -> exp.Expr:
     parts = [exp.Coalesce(this=exp.cast(a.copy(), "VARCHAR"), expressions=[exp.Literal.string("")])
              for a in node.expressions]
     return call("concat", *parts)
+
+
+def date_add(node: exp.DateAdd) -> exp.Expr:
+    """DuckDB's ``date_add(x, INTERVAL …)``: ``x + INTERVAL …`` (:func:`shifted`)."""
+    if not isinstance(node.expression, exp.Interval):
+        return node
+    return shifted(exp.Add(this=node.this.copy(), expression=node.expression.copy()))
 
 
 def shifted(node: exp.Add | exp.Sub) -> exp.Expr:

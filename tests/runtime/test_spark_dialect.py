@@ -173,6 +173,7 @@ PAIRS = [(a, b) for a in INSTANTS for b in INSTANTS]
     "extract(isoyear FROM a)", "yearweek(da)", "date_part('yearweek', a)", "week(da)", "week(a)",
     "da + INTERVAL 1 DAY", "da + INTERVAL 1 MONTH", "INTERVAL 2 HOUR + da", "da - INTERVAL 3 DAY",
     "a + INTERVAL 90 MINUTE", "a - INTERVAL 1 MONTH", "date_trunc('month', da + INTERVAL 1 DAY)",
+    "date_add(da, INTERVAL 1 DAY)", "date_add(a, INTERVAL 2 HOUR)",
 ])
 def test_date_diffs_and_the_parts_spark_lacks_take_duckdb_s_values(spark, expression):
     """DuckDB's ``date_diff`` counts its part's boundaries (one month from 31 January to
