@@ -13,12 +13,15 @@ from typing import NamedTuple
 from sqlglot import exp
 
 from incr.compiler.duckdb_calls import (
+    MATCHES,
     PARTS,
     call,
     concat,
     date_add,
     date_diff,
     filled,
+    matches,
+    regexp_escape,
     regexp_replace,
     shifted,
 )
@@ -131,7 +134,8 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
       name written out (:func:`_duckdb_date_part`), as are the parts Spark has no function
       or EXTRACT of (the epoch with its fraction, milliseconds, the ISO year, ...);
     - ``date_diff`` counts its part's boundaries, a DATE plus an INTERVAL is a TIMESTAMP,
-      ``concat`` takes numbers and ``regexp_replace`` replaces the first match unless told ``g``
+      ``concat`` takes numbers and ``regexp_replace`` replaces the first match unless told ``g``;
+      every pattern is RE2's under DuckDB's options, written as Java's
       (:mod:`incr.compiler.duckdb_calls`).
     """
     if dialect == SPARK:
@@ -145,6 +149,11 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
                 return _duckdb_substring(node)
             if isinstance(node, exp.RegexpReplace):
                 return regexp_replace(node)
+            if isinstance(node, MATCHES):
+                return matches(node)
+            if isinstance(node, exp.Anonymous) and node.name.lower() == "regexp_escape" \
+                    and len(node.expressions) == 1:
+                return regexp_escape(node)
             if type(node) is exp.Concat and node.args.get("coalesce"):  # not ConcatWs
                 return concat(node)
             if isinstance(node, exp.DateDiff):

@@ -18,6 +18,10 @@ compiler's Spark text.
   ``''``); each is cast to text first.
 - ``regexp_replace`` replaces the first match in DuckDB, unless its options say ``g``,
   and every match in Spark; DuckDB's replacement names a group ``\1``, Spark's ``$1``.
+- Every pattern (``regexp_matches``, ``regexp_full_match`` and ``~``, ``regexp_extract``,
+  ``regexp_extract_all``, ``regexp_replace``) is RE2's under DuckDB's options, and is
+  written as a Java pattern of the same matches (:mod:`incr.compiler.patterns`); Spark's
+  functions take no options, and ``regexp_full_match`` is none of Spark's.
 
 Times are read in UTC, the zone of incr's Spark sessions and of the oracle.
 """
@@ -29,6 +33,7 @@ from collections.abc import Callable
 
 from sqlglot import exp, parse_one
 
+from incr.compiler.patterns import OPTIONS, java_pattern
 from incr.errors import CompileError
 
 SPARK = "spark"
@@ -128,11 +133,19 @@ def check(node: exp.Expr) -> None:
     """
     if isinstance(node, exp.RegexpReplace):
         regexp_replace(node)
+    elif isinstance(node, MATCHES):
+        matches(node)
     elif isinstance(node, exp.DateDiff):
         date_diff(node)
     elif isinstance(node, exp.SimilarTo):
         raise CompileError("SIMILAR TO is not supported: Spark has none; write LIKE, or "
-                           "regexp_matches with the pattern anchored by ^ and $")
+                           "regexp_full_match")
+    elif isinstance(node, exp.Glob):
+        raise CompileError("GLOB is not supported: Spark has none (and DuckDB's '?' is one "
+                           "byte, not one character); write LIKE ('%' for '*', '_' for "
+                           "'?'), or regexp_full_match")
+    elif isinstance(node, exp.RegexpILike):
+        raise CompileError("~* is not DuckDB's; write regexp_matches(text, pattern, 'i')")
     elif isinstance(node, exp.Anonymous) and node.name.lower() in _MISSING \
             and len(node.expressions) in _MISSING[node.name.lower()][0]:
         raise CompileError(_MISSING[node.name.lower()][1])
@@ -195,9 +208,57 @@ def shifted(node: exp.Add | exp.Sub) -> exp.Expr:
                       expression=interval.copy())
 
 
-#: DuckDB's ``regexp_replace`` options incr reads: ``g`` every match, ``i`` and ``c``
-#: case (in)sensitive.
-_OPTIONS = frozenset("gic")
+#: The calls whose pattern :func:`matches` translates: DuckDB's name of each, and the
+#: argument sqlglot keeps its options in.
+_PATTERN_CALLS: dict[type[exp.Expr], tuple[str, str]] = {
+    exp.RegexpLike: ("regexp_matches", "flag"),
+    exp.RegexpFullMatch: ("regexp_full_match", "options"),
+    exp.RegexpExtract: ("regexp_extract", "parameters"),
+    exp.RegexpExtractAll: ("regexp_extract_all", "parameters"),
+}
+MATCHES = tuple(_PATTERN_CALLS)
+
+
+def _written(name: str, *args: exp.Expr | None) -> None:
+    """Raises unless each of ``args`` (absent ones aside) is text written out."""
+    if any(x is not None and not (isinstance(x, exp.Literal) and x.is_string) for x in args):
+        what = "pattern, replacement" if name == "regexp_replace" else "pattern"
+        raise CompileError(f"{name}: write its {what} and options out as text (incr "
+                           f"translates DuckDB's regular expressions to Spark's when it "
+                           f"compiles the view)")
+
+
+def matches(node: exp.Expr) -> exp.Expr:
+    r"""DuckDB's pattern calls but ``regexp_replace`` in Spark (:data:`MATCHES`).
+
+    ``regexp_matches``, ``regexp_full_match`` (and ``~``), ``regexp_extract`` and
+    ``regexp_extract_all``: the pattern is RE2's and the options DuckDB's; Spark's ``rlike`` and
+    ``regexp_extract`` take a Java pattern and no options, so both become a Java pattern
+    of the same matches (:func:`~incr.compiler.patterns.java_pattern`).  A full match is
+    the pattern anchored at both ends of the text (``\A(?:…)\z``).  A group
+    ``regexp_extract`` takes must be a number written out, of a group the pattern has.
+    """
+    name, options_arg = _PATTERN_CALLS[type(node)]
+    pattern, options = node.expression, node.args.get(options_arg)
+    _written(name, pattern, options)
+    java = java_pattern(pattern.name, options.name if options is not None else "", call=name)
+    if isinstance(node, exp.RegexpLike):
+        return call("rlike", node.this, exp.Literal.string(java.text))
+    if isinstance(node, exp.RegexpFullMatch):
+        return call("rlike", node.this, exp.Literal.string(f"\\A(?:{java.text})\\z"))
+    group = node.args.get("group")
+    number = 0 if group is None else _group_number(group)
+    if number is None or not 0 <= number <= java.groups:
+        raise CompileError(f"{name}: the group must be a number from 0 to {java.groups} "
+                           f"(the pattern's groups), written out")
+    return call(name, node.this, exp.Literal.string(java.text), exp.Literal.number(number))
+
+
+def _group_number(node: exp.Expr) -> int | None:
+    """The integer ``node`` writes out, if it is one."""
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return int(node.name)
+    return None
 
 
 def regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
@@ -206,33 +267,45 @@ def regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
     Spark's replaces every match; DuckDB's the first unless its options hold ``g``.  The
     first is replaced in Spark by a pattern anchored at the text's start that takes the
     shortest prefix before it (``^([\s\S]*?)(pattern)``) and gives it back (``$1``),
-    the replacement's groups counted two further.  The replacement is written as Spark
-    (Java) reads it: DuckDB's ``\1`` is ``$1``, ``\\`` a backslash, and ``$`` and digits
-    are themselves.  The pattern, the replacement and the options must be written out.
+    the replacement's groups counted two further.  The pattern is written as Java reads
+    RE2's under the other options (:func:`~incr.compiler.patterns.java_pattern`), and the
+    replacement as Java reads it: DuckDB's ``\1`` is ``$1``, ``\\`` a backslash, and
+    ``$`` and digits are themselves.  The pattern, the replacement and the options must be
+    written out.
     """
     pattern, replacement = node.expression, node.args.get("replacement")
     options = node.args.get("modifiers")
-    written = [pattern, replacement, options]
-    if any(x is not None and not (isinstance(x, exp.Literal) and x.is_string) for x in written):
-        raise CompileError("regexp_replace: write its pattern, replacement and options out "
-                           "as text (incr translates DuckDB's regular expressions to Spark's "
-                           "when it compiles the view)")
+    _written("regexp_replace", pattern, replacement, options)
     flags = options.name if options is not None else ""
-    if set(flags) - _OPTIONS:
-        raise CompileError(f"regexp_replace: option(s) {''.join(sorted(set(flags) - _OPTIONS))!r} "
-                           f"are not supported; use 'g' (every match), 'i' or 'c'")
+    unknown = set(flags) - OPTIONS - {"g"}
+    if unknown:
+        raise CompileError(f"regexp_replace takes no option {''.join(sorted(unknown))!r}; its "
+                           f"options are 'g' (every match), 'i' or 'c' (case), 's' or 'n' "
+                           f"(whether '.' matches a line break) and 'l' (literal)")
     every, text = "g" in flags, pattern.name
-    if every and _matches_nothing(text):
+    if every and _matches_nothing(re.escape(text) if "l" in flags else text):
         raise CompileError(f"regexp_replace: the pattern {text!r} matches the empty text, and "
                            f"with 'g' Spark replaces an empty match right after another "
                            f"match where DuckDB does not; make it match one character at "
                            f"least (for example 'x+' for 'x*')")
-    if "i" in flags and flags.rindex("i") > flags.rfind("c"):  # the last of the two wins
-        text = f"(?iu:{text})"
+    java = java_pattern(text, flags.replace("g", ""), call="regexp_replace").text
     if not every:
-        text = f"^([\\s\\S]*?)({text})"
+        java = f"^([\\s\\S]*?)({java})"
     rewrite = _java_replacement(replacement.name if replacement is not None else "", every)
-    return call("regexp_replace", node.this, exp.Literal.string(text), exp.Literal.string(rewrite))
+    return call("regexp_replace", node.this, exp.Literal.string(java), exp.Literal.string(rewrite))
+
+
+def regexp_escape(node: exp.Anonymous) -> exp.Expr:
+    r"""DuckDB's ``regexp_escape(s)`` (RE2's QuoteMeta), which Spark does not have.
+
+    Every ASCII character but a letter, a digit and ``_`` takes a backslash before it, and
+    NUL is written ``\x00``; characters beyond ASCII are kept.
+    """
+    (text,) = node.expressions
+    marked = call("regexp_replace", text, exp.Literal.string(r"([\x{01}-/:-@\[-^`{-\x{7F}])"),
+                  exp.Literal.string(r"\\$1"))
+    return call("regexp_replace", marked, exp.Literal.string(r"\x{00}"),
+                exp.Literal.string(r"\\x00"))
 
 
 def _matches_nothing(pattern: str) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 
 import sqlglot
@@ -30,6 +31,22 @@ from sqlglot.tokens import Token, TokenType
 
 from incr.compiler.types import SqlType, sql_type_of
 from incr.errors import CompileError, Location, ParseError
+
+
+def _duckdb() -> str:
+    """DuckDB's dialect at the version installed, the oracle's.
+
+    sqlglot reads DuckDB's ``~`` as a full match before DuckDB 2.0 and as a partial one
+    from it on, as DuckDB itself does: a program means what its oracle computes.
+    """
+    try:
+        return f"duckdb, version={metadata.version('duckdb')}"
+    except metadata.PackageNotFoundError:
+        return "duckdb"
+
+
+#: The dialect a program's SQL is read in when its header names ``duckdb`` (the default).
+DUCKDB = _duckdb()
 
 #: Options a program header may set, with their defaults.
 DEFAULT_OPTIONS: dict[str, str] = {
@@ -111,7 +128,7 @@ class ViewDecl:
 class Options:
     """Program-level options from the header."""
 
-    dialect: str = "duckdb"
+    dialect: str = DUCKDB
     append_only: frozenset[str] = frozenset()
     buckets: int = 8
     schedule: str | None = None
@@ -222,6 +239,7 @@ def _parse_options(text: str, path: str) -> Options:
                              f"{', '.join(sorted(DEFAULT_OPTIONS))}", Location(path, number))
         values[key] = m.group("value")
     dialect = values["dialect"].strip().lower()
+    dialect = DUCKDB if dialect == "duckdb" else dialect
     try:
         sqlglot.Dialect.get_or_raise(dialect)
     except ValueError as e:

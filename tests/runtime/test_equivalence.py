@@ -65,7 +65,9 @@ AGGREGATES = [
 #: Groupings that are a function of a key of KEYS (seed 003's lineage-key algebra): under
 #: share = rollup, answered from the state of a family grouped by that key.
 DERIVED = {
-    "k1": ["substr(k1, 1, 1)", "length(k1)", "regexp_replace(k1, '[a-c]', '#')"],
+    "k1": ["substr(k1, 1, 1)", "length(k1)", "regexp_replace(k1, '[a-c]', '#')",
+           # a pattern is RE2's under DuckDB's options (Spark's is Java's, and takes none)
+           "regexp_matches(k1, '^[AB]$', 'i')"],
     "k2": ["k2 % 3", "k2 > 1"],
     "k2 % 2": ["k2 % 2 = 0"],
     "upper(k1)": ["length(upper(k1))"],
@@ -83,7 +85,9 @@ DERIVED = {
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0",
           "v % k2 = 1", "v / k2 > 2",  # NULL where k2 is 0
           # a dashboard's time window: a DATE against literals of a day and of an instant
-          "day >= DATE '2026-12-30'", "day < TIMESTAMP '2027-01-02 12:00:00'"]
+          "day >= DATE '2026-12-30'", "day < TIMESTAMP '2027-01-02 12:00:00'",
+          # DuckDB's ~ is a full match (before its 2.0); Spark's RLIKE finds one anywhere
+          "k1 ~ '[a-b]'"]
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 

@@ -228,6 +228,58 @@ def test_regexp_replace_replaces_what_duckdb_replaces(spark, expression):
     assert got == want, text
 
 
+#: Texts at the edges where RE2 and Java read a pattern apart: line breaks other than
+#: ``\n``, a last ``\n``, a vertical tab, letters beyond ASCII next to word characters, the
+#: Kelvin sign and the long s (which fold to ``k`` and ``s``), brackets and ampersands.
+TEXTS_FOR_PATTERNS = ["", "ab", "a\nb", "a\rb", "a\u2028b", "a\u0085b", "abc\n", "a\x0bb",
+                      "ÉX", "éa", "Straße", "\u212a", "\u017f", "a{,3}", "[&]", "a]", "aab",
+                      "ab\nab", "A\nb", "x_y z", "k", "a\x00.b*", None]
+
+
+@pytest.mark.parametrize("expression", [
+    # '.' and '$' as RE2 reads them: every line break but \n, the very end
+    "regexp_matches(s, 'a.b')", "regexp_matches(s, 'a.b', 's')", "regexp_matches(s, 'c$')",
+    "regexp_matches(s, '(?m)^b$')", "regexp_matches(s, '(?m)b$|^$')", "regexp_matches(s, '(?s:.)b')",
+    # ASCII word boundaries, \s without the vertical tab, \v the vertical tab alone
+    "regexp_matches(s, '\\ba')", "regexp_matches(s, 'a\\b')", "regexp_matches(s, '\\Bb')",
+    "regexp_matches(s, '\\s')", "regexp_matches(s, '[^\\S]')", "regexp_matches(s, '\\v')",
+    "regexp_matches(s, '\\w+$')", "regexp_matches(s, '\\W')",
+    # POSIX classes, and [ & ] { as themselves
+    "regexp_matches(s, '^[[:alpha:]]+$')", "regexp_matches(s, '[[:^alpha:][:digit:]]')",
+    "regexp_matches(s, '[[&]')", "regexp_matches(s, '[a&&b]')", "regexp_matches(s, '[]a]')",
+    "regexp_matches(s, 'a{,3}')", "regexp_matches(s, 'a{2}')",
+    # DuckDB's options: case folded beyond ASCII (the Kelvin sign is a k), literal text
+    "regexp_matches(s, 'é', 'i')", "regexp_matches(s, 'k', 'i')", "regexp_matches(s, '\\w', 'i')",
+    "regexp_matches(s, '(?i)S$')", "regexp_matches(s, 'A', 'ic')", "regexp_matches(s, 'A', 'ci')",
+    "regexp_matches(s, 'a.b', 'l')", "regexp_matches(s, '[&]', 'li')",
+    "regexp_matches(s, '(?i:A)(?-i)b')", "regexp_matches(s, '\\p{Greek}|\\pN')",
+    "regexp_matches(s, '^[[:lower:]]+$', 'i')", "regexp_matches(s, '[[:^alpha:]]', 'i')",
+    # RE2's (?U): quantifiers lazy, and lazy ones greedy
+    "regexp_extract(s, '(?U)a+')", "regexp_extract(s, '(?U)(a+?)b')", "regexp_escape(s)",
+    # a full match, ~ included (DuckDB before 2.0 reads it so), and its negation
+    "regexp_full_match(s, 'a.b')", "regexp_full_match(s, 'ab|a', 'i')", "s ~ 'a.*'",
+    "s !~ '[a-c]+'", "s ~ '(?P<first>a)b'",
+    # what regexp_extract takes: a group, options; '' where the group took no part
+    "regexp_extract(s, 'a(.)')", "regexp_extract(s, '(a)(x)?b', 2)",
+    "regexp_extract(s, '(?P<n>[a-c]+)$', 1, 'i')", "regexp_extract(s, '\\w+\\b', 0)",
+    "regexp_extract_all(s, '[a-c]', 0, 'i')",
+    "regexp_replace(s, '.$', '<\\0>', 's')", "regexp_replace(s, 'a.b', '-', 'gl')",
+])
+def test_patterns_match_what_duckdb_matches(spark, expression):
+    """A pattern is RE2's under DuckDB's options; its Spark text is a Java pattern of the
+    same matches (:mod:`incr.compiler.patterns`), over texts where the two engines read
+    the original apart."""
+    from incr.compiler.program import DUCKDB
+
+    grid = pa.table({"s": pa.array(TEXTS_FOR_PATTERNS, pa.string())})
+    text = render_expression(sqlglot.parse_one(expression, read=DUCKDB), SPARK)
+    got = [r[0] for r in spark.createDataFrame(grid).selectExpr(f"{text} AS x").collect()]
+    oracle = connect()
+    oracle.register("grid", grid)
+    want = [r[0] for r in oracle.sql(f"SELECT {expression} FROM grid").fetchall()]
+    assert got == want, text
+
+
 def _insert_then_delete(spark, dirs, local_rows: int, program: str, rows: pa.Table,
                         deleted: int) -> None:
     """Runs ``program`` over ``rows`` of its table ``t``, then over a delete of the first
@@ -312,3 +364,22 @@ def test_rounding_casts_and_days_between_dates_take_duckdb_s_values(spark, dirs,
                       + [None], pa.date32()),
         "v": pa.array(range(12), pa.int64())})
     _insert_then_delete(spark, dirs, local_rows, program, rows, deleted=2)
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_views_filtered_and_grouped_by_patterns_equal_duckdb(spark, dirs, local_rows):
+    """Views grouped by ``regexp_extract`` with an option and filtered by ``~`` (a full
+    match in DuckDB before 2.0), ``regexp_matches`` and ``regexp_full_match`` over texts
+    with line breaks and letters beyond ASCII publish DuckDB's answers after an insert and
+    a delete."""
+    program = (
+        "CREATE TABLE t (k VARCHAR, v BIGINT);\n"
+        "CREATE VIEW codes AS SELECT regexp_extract(k, '^([a-z]+)-(\\d+)?', 1, 'i') AS code, "
+        "COUNT(*) AS n, SUM(v) AS s FROM t WHERE k ~ '[[:alnum:]-]+' GROUP BY 1;\n"
+        "CREATE VIEW lines AS SELECT regexp_matches(k, 'x.y') AS dotted, "
+        "regexp_full_match(k, '.*\\bend$', 's') AS ends, MAX(v) AS top FROM t GROUP BY 1, 2;\n")
+    texts = ["AB-12", "ab-", "x\ry", "x\ny end", "cd-7 end\n", "Kelvin \u212a", None, "ab-12",
+             "x\u2028y", "Straße end", "zz-9"]
+    rows = pa.table({"k": pa.array(texts, pa.string()),
+                     "v": pa.array(range(len(texts)), pa.int64())})
+    _insert_then_delete(spark, dirs, local_rows, program, rows, deleted=3)
