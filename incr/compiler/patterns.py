@@ -438,3 +438,91 @@ class _Scan:
             else:
                 out.append(c)
         return "".join(out) + "]"
+
+
+#: What follows a backslash in :func:`java_pattern`'s text that RE2 reads as Java does.
+_ALIKE_ESCAPES = frozenset("AzntfrdD")
+_HEX = re.compile(r"x(\{[0-9A-Fa-f]{1,6}\}|[0-9A-Fa-f]{2})")
+#: The groups of :func:`java_pattern`'s text RE2 reads as Java does: Java's ``u`` (Unicode
+#: case folding) is what RE2's ``i`` always does.
+_ALIKE_GROUPS = {"(?:": "(?:", "(?iu)": "(?i)", "(?iu:": "(?i:", "(?-i)": "(?-i)",
+                 "(?-i:": "(?-i:"}
+
+
+def re2_form(java: str) -> str | None:
+    r"""The text RE2 reads as Java reads ``java``, a pattern :func:`java_pattern` wrote.
+
+    None unless every part of it is one RE2 reads alike: characters, escaped punctuation,
+    ``\A``, ``\z``, ``\d``, ``\x…``, classes of them (and ``[\s\S]``), quantifiers, groups
+    and ``|``.  What :func:`java_pattern` writes only for Java (look-around for ``\b`` and
+    a multi-line ``^`` or ``$``, ``\p{…}``, nested classes) gives None, and so does
+    anything it does not write.  The driver (DuckDB, RE2) then matches a translated pattern
+    as Spark does, from one text.
+    """
+    out: list[str] = []
+    at = 0
+    while at < len(java):
+        c = java[at]
+        if c in "\\[":  # an escape or a class, kept whole when RE2 reads it alike
+            end = (_alike_escape if c == "\\" else _alike_class)(java, at)
+            if end is None:
+                return None
+            out.append(java[at:end])
+            at = end
+        elif c == "(":
+            group = next((g for g in _ALIKE_GROUPS if java.startswith(g, at)), None)
+            if group is None and java.startswith("(?", at):
+                return None
+            out.append(_ALIKE_GROUPS[group] if group else "(")
+            at += len(group) if group else 1
+        elif c in ".^$":
+            return None  # java_pattern writes none of them bare
+        else:
+            out.append(c)
+            at += 1
+    return "".join(out)
+
+
+def _alike_escape(java: str, at: int) -> int | None:
+    """Where the escape at ``at`` ends, if RE2 reads it as Java does."""
+    if at + 1 >= len(java):
+        return None
+    e = java[at + 1]
+    if e == "x":
+        m = _HEX.match(java, at + 1)
+        return m.end() if m else None
+    if e in _ALIKE_ESCAPES or (e.isascii() and not e.isalnum()):
+        return at + 2
+    return None
+
+
+def _alike_class(java: str, at: int) -> int | None:
+    """Where the class at ``at`` ends, if RE2 reads it as Java does."""
+    end = java.find("]", at + 1)
+    while end > 0 and _escaped(java, end):
+        end = java.find("]", end + 1)
+    if end < 0:
+        return None
+    body = java[at + 1:end].removeprefix("^")
+    if body == r"\s\S":
+        return end + 1
+    i = 0
+    while i < len(body):
+        if body[i] == "\\":
+            taken = _alike_escape(body, i)
+            if taken is None:
+                return None
+            i = taken
+        elif body[i] in "[&" or (i == 0 and body[i] == "]"):
+            return None  # a nested class or an intersection in Java
+        else:
+            i += 1
+    return end + 1 if body else None
+
+
+def _escaped(text: str, at: int) -> bool:
+    """Whether the character at ``at`` has an odd run of backslashes before it."""
+    run = 0
+    while at - run - 1 >= 0 and text[at - run - 1] == "\\":
+        run += 1
+    return run % 2 == 1

@@ -41,6 +41,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 
+from incr.compiler import patterns
 from incr.compiler.dialect import Bucket, Query, integer_literal, nonzero_number
 from incr.errors import StorageError
 from incr.runtime import sparkhash
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
 
 #: The string functions the driver computes, of ASCII text only (:func:`_ascii_text`).
 _TEXT = (exp.Upper, exp.Lower, exp.Length, exp.Substring)
+#: Spark's ``rlike``, ``regexp_extract`` and ``regexp_extract_all`` the driver computes, of
+#: a pattern RE2 reads as Java does (:func:`_alike_pattern`).
+_PATTERNS = (exp.RegexpLike, exp.RegexpExtract, exp.RegexpExtractAll)
 _ALLOWED = (
     exp.Select, exp.From, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
     exp.Join, exp.Subquery, exp.Table, exp.TableAlias, exp.Alias, exp.Column, exp.Identifier,
@@ -80,6 +84,7 @@ _ALLOWED = (
     exp.TimestampTrunc,  # date_trunc to the units both engines truncate to alike
     exp.TsOrDsToDate,  # to_date(x) without a format, of a DATE or TIMESTAMP (see _days)
     *_TEXT,
+    *_PATTERNS,  # of a pattern RE2 reads as Java does (see _alike_pattern)
 )
 #: Spark's units of ``date_trunc`` and DuckDB's name for each; weeks start on Monday in both.
 _TRUNCATED = {"YEAR": "year", "YYYY": "year", "YY": "year", "QUARTER": "quarter",
@@ -120,6 +125,7 @@ def translator() -> str | None:
     try:
         digest.update(Path(__file__).read_bytes())
         digest.update(Path(sparktypes.__file__).read_bytes())
+        digest.update(Path(patterns.__file__).read_bytes())
     except OSError:
         return None
     return digest.hexdigest()[:16]
@@ -144,7 +150,8 @@ def _other_form(node: exp.Expr) -> bool:
     """Whether ``node`` is a form outside the driver-side set of a node within it: an IN of
     a subquery (or an UNNEST), a BETWEEN SYMMETRIC, a LIKE of another pattern than
     :func:`_plain_pattern`'s, a ``date_trunc`` to a unit :func:`_truncation` does not know,
-    a ``to_date`` with a format."""
+    a ``to_date`` with a format, a regular expression RE2 reads otherwise than Java
+    (:func:`_alike_pattern`)."""
     if isinstance(node, exp.TimestampTrunc):
         return _truncation(node) is None
     if isinstance(node, exp.In):
@@ -153,7 +160,40 @@ def _other_form(node: exp.Expr) -> bool:
         return not _plain_pattern(node.expression)
     if isinstance(node, exp.TsOrDsToDate):
         return node.args.get("format") is not None
+    if isinstance(node, _PATTERNS):  # a pattern RE2 reads otherwise than Java
+        return _alike_pattern(node) is None
     return isinstance(node, exp.Between) and bool(node.args.get("symmetric"))
+
+
+def _alike_pattern(node: exp.Expr) -> str | None:
+    r"""The pattern of Spark's ``rlike`` or ``regexp_extract(_all)`` as RE2 reads it alike.
+
+    None when there is none (then the step is Spark's).
+
+    The compiler writes a program's RE2 pattern as Java reads it
+    (:func:`incr.compiler.patterns.java_pattern`); most of that text RE2 reads as Java does
+    (:func:`~incr.compiler.patterns.re2_form`: a dashboard's ``'^/checkout'``, ``'[0-9]+'``,
+    ``'a.b'`` with its options).  Look-around, ``\p{…}`` and nested classes it does not,
+    nor a pattern not written out, options or a group not written as a number.
+    """
+    pattern = node.expression
+    if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+        return None
+    if any(node.args.get(a) is not None for a in ("flag", "parameters", "position", "occurrence")):
+        return None
+    group = node.args.get("group")
+    if group is not None and integer_literal(group) is None:
+        return None
+    written = pattern.sql(dialect="duckdb")  # Spark's escapes read: the pattern's own text
+    return patterns.re2_form(written[1:-1].replace("''", "'"))
+
+
+def _patterns(node: exp.Expr) -> exp.Expr:
+    """A pattern call with the text RE2 reads as Java reads the compiled one."""
+    if isinstance(node, _PATTERNS):
+        node = node.copy()
+        node.set("expression", exp.Literal.string(_alike_pattern(node) or ""))
+    return node
 
 
 def _plain_pattern(pattern: exp.Expr) -> bool:
@@ -248,7 +288,7 @@ def _prepare(spark_sql: str, bucket: Bucket | None) -> Prepared | str:
     tree = _fast_decimal_casts(tree.transform(_strict_casts).transform(_truncating_casts)
                                .transform(_date_parts).transform(_remainders)
                                .transform(_truncations).transform(_days)
-                               .transform(_ascii_text))
+                               .transform(_ascii_text).transform(_patterns))
     if bucket is not None and not all(c in tree.named_selects for c in bucket.theta):
         return "its bucket hashes an expression, not output columns"
     return Prepared(tree.sql(dialect="duckdb"), bucket)

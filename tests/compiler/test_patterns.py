@@ -11,7 +11,7 @@ import pytest
 import sqlglot
 
 from incr.compiler.duckdb_calls import regexp_replace
-from incr.compiler.patterns import java_pattern
+from incr.compiler.patterns import java_pattern, re2_form
 from incr.errors import CompileError
 
 
@@ -80,3 +80,27 @@ def test_regexp_replace_names_its_own_options() -> None:
     with pytest.raises(CompileError, match="regexp_replace takes no option 'x'; its options "
                                            "are 'g' \\(every match\\)"):
         regexp_replace(node)
+
+
+@pytest.mark.parametrize(("pattern", "options", "re2"), [
+    ("^/checkout", "", r"\A/checkout"),
+    ("a.b$", "i", r"(?i)a[^\n]b\z"),
+    ("a.b", "s", r"a[\s\S]b"),
+    (r"[a-c\]]+\d{2,}?|\s", "", r"[a-c\]]+\d{2,}?|[\t\n\f\r ]"),
+    ("(?P<n>a)(?i:b)", "", "(a)(?i:b)"),
+    ("a.b*(", "l", r"a\.b\*\("),
+    # what the compiler writes only for Java: look-around, \p{…}, nested classes
+    (r"\bfoo", "", None),
+    ("(?m)^x$", "", None),
+    ("[[:alpha:]]", "", None),
+    (r"[^\S]", "", None),
+    (r"\pL", "", None),
+])
+def test_the_text_re2_reads_alike_is_found_and_the_rest_is_not(pattern, options, re2):
+    assert re2_form(java_pattern(pattern, options, call="regexp_matches").text) == re2
+
+
+@pytest.mark.parametrize("java", [r"(?i)a", "a.b", "^a", "a$", r"\ba", r"[a[b]]", r"[a&&b]",
+                                  r"(?<=a)b", r"\p{L}", r"\Qa\E", "[]"])
+def test_java_text_the_compiler_does_not_write_is_left_to_spark(java):
+    assert re2_form(java) is None

@@ -8,9 +8,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import sqlglot
 
 from incr.compiler import compile_text
-from incr.compiler.dialect import Query
+from incr.compiler.dialect import SPARK, Query, render_expression
+from incr.compiler.program import DUCKDB
 from incr.runtime.local import LocalSql, prepare
 
 PROGRAM = """-- incr: buckets = 8
@@ -132,6 +134,37 @@ def test_like_of_plain_patterns_and_date_literals_equal_spark(spark):
                     "day >= CAST('+2026-01-05' AS DATE)", "day >= DATE '\u0662\u0660\u0662\u0666-01-05'"):
         assert prepare(f"SELECT _row FROM batch WHERE {refused}") is None, refused
 
+
+
+#: DuckDB calls of patterns, compiled to Spark text, each with whether the driver takes it.
+PATTERN_CALLS = [
+    ("regexp_matches(name, '^/check')", True), ("name ~ '[a-c]+'", True),
+    ("regexp_matches(name, 'a.b$', 'i')", True), ("regexp_matches(name, 'a.b', 's')", True),
+    ("regexp_full_match(name, '(?P<x>a)(?i:B)')", True), ("regexp_matches(name, '\\s|\\d{2,}?')", True),
+    ("regexp_extract(name, '([a-c]+)(x)?', 2)", True), ("regexp_extract(name, '\\w+', 0, 'i')", True),
+    ("regexp_matches(name, 'a.b*(', 'l')", True), ("regexp_matches(name, '(?U)a+b')", True),
+    # look-around for \b and a multi-line ^, POSIX classes as \p{…}: RE2 reads them otherwise
+    ("regexp_matches(name, '\\bab')", False), ("regexp_matches(name, '(?m)^b')", False),
+    ("regexp_matches(name, '[[:alpha:]]')", False), ("regexp_matches(name, '[^\\S]')", False),
+]
+
+
+def test_patterns_re2_reads_as_java_does_equal_spark(spark):
+    """A compiled pattern RE2 reads as Java does (``^``, ``.``, ``$``, classes, options,
+    ``~``) is computed on the driver, equal to Spark's over line breaks, letters beyond
+    ASCII, the Kelvin sign and NULL; one it reads otherwise (``\\b``, a multi-line ``^``,
+    a POSIX class) stays Spark's."""
+    names = ["/checkout", "ab", "a\nb", "a\rb", "AxB\n", "a.b*(", "aab", "x 12 3", "éa", "\u212a",
+             "b\nab", "", None, "/CHECK"]
+    batch = pa.table({"name": pa.array(names), "_row": pa.array(range(len(names)), pa.int64())})
+    texts = [render_expression(sqlglot.parse_one(call, read=DUCKDB), SPARK)
+             for call, _ in PATTERN_CALLS]
+    alike = [f"{t} AS p{i}" for i, (t, (_, driver)) in enumerate(zip(texts, PATTERN_CALLS))
+             if driver]
+    _driver_equals_spark(spark, Query(f"SELECT _row, {', '.join(alike)} FROM batch"), batch)
+    for text, (call, driver) in zip(texts, PATTERN_CALLS):
+        taken = prepare(f"SELECT _row FROM batch WHERE {text} IS NOT NULL") is not None
+        assert taken == driver, call
 
 
 WINDOWS = """-- incr: buckets = 4
