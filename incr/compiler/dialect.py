@@ -20,6 +20,7 @@ from incr.compiler.duckdb_calls import (
     date_add,
     date_diff,
     filled,
+    integer_literal,
     matches,
     regexp_escape,
     regexp_replace,
@@ -86,20 +87,6 @@ def live(count: str) -> str:
 def q(name: str) -> str:
     """A back-quoted Spark identifier."""
     return "`" + name.replace("`", "``") + "`"
-
-
-def integer_literal(node: exp.Expr | None) -> int | None:
-    """The value of an integer written out, else None.
-
-    ``-5`` and ``(7)`` count too: Spark reads them as one literal.
-    """
-    sign = 1
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        sign = -sign if isinstance(node, exp.Neg) else sign
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
-        return sign * int(node.name)
-    return None
 
 
 def nonzero_number(node: exp.Expr) -> bool:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from sqlglot import exp, parse_one
 
-from incr.compiler.patterns import OPTIONS, java_pattern
+from incr.compiler.patterns import java_pattern
 from incr.errors import CompileError
 
 SPARK = "spark"
@@ -42,6 +42,20 @@ SPARK = "spark"
 def call(name: str, *args: exp.Expr) -> exp.Expr:
     """Spark's function ``name`` of copies of ``args``, as a call no rewrite visits."""
     return exp.Anonymous(this=name, expressions=[a.copy() for a in args])
+
+
+def integer_literal(node: exp.Expr | None) -> int | None:
+    """The value of an integer written out, else None.
+
+    ``-5`` and ``(7)`` count too: Spark reads them as one literal.
+    """
+    sign = 1
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        sign = -sign if isinstance(node, exp.Neg) else sign
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
+        return sign * int(node.name)
+    return None
 
 
 def filled(template: str, **parts: exp.Expr) -> exp.Expr:
@@ -247,18 +261,11 @@ def matches(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.RegexpFullMatch):
         return call("rlike", node.this, exp.Literal.string(f"\\A(?:{java.text})\\z"))
     group = node.args.get("group")
-    number = 0 if group is None else _group_number(group)
+    number = 0 if group is None else integer_literal(group)
     if number is None or not 0 <= number <= java.groups:
         raise CompileError(f"{name}: the group must be a number from 0 to {java.groups} "
                            f"(the pattern's groups), written out")
     return call(name, node.this, exp.Literal.string(java.text), exp.Literal.number(number))
-
-
-def _group_number(node: exp.Expr) -> int | None:
-    """The integer ``node`` writes out, if it is one."""
-    if isinstance(node, exp.Literal) and not node.is_string and node.name.isdigit():
-        return int(node.name)
-    return None
 
 
 def regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
@@ -277,18 +284,13 @@ def regexp_replace(node: exp.RegexpReplace) -> exp.Expr:
     options = node.args.get("modifiers")
     _written("regexp_replace", pattern, replacement, options)
     flags = options.name if options is not None else ""
-    unknown = set(flags) - OPTIONS - {"g"}
-    if unknown:
-        raise CompileError(f"regexp_replace takes no option {''.join(sorted(unknown))!r}; its "
-                           f"options are 'g' (every match), 'i' or 'c' (case), 's' or 'n' "
-                           f"(whether '.' matches a line break) and 'l' (literal)")
+    java = java_pattern(pattern.name, flags, call="regexp_replace", every=True).text
     every, text = "g" in flags, pattern.name
     if every and _matches_nothing(re.escape(text) if "l" in flags else text):
         raise CompileError(f"regexp_replace: the pattern {text!r} matches the empty text, and "
                            f"with 'g' Spark replaces an empty match right after another "
                            f"match where DuckDB does not; make it match one character at "
                            f"least (for example 'x+' for 'x*')")
-    java = java_pattern(text, flags.replace("g", ""), call="regexp_replace").text
     if not every:
         java = f"^([\\s\\S]*?)({java})"
     rewrite = _java_replacement(replacement.name if replacement is not None else "", every)

@@ -69,7 +69,8 @@ class JavaPattern:
     groups: int
 
 
-def java_pattern(pattern: str, options: str = "", *, call: str) -> JavaPattern:
+def java_pattern(pattern: str, options: str = "", *, call: str,
+                 every: bool = False) -> JavaPattern:
     r"""DuckDB's ``pattern`` under DuckDB's ``options`` as a Java pattern of the same matches.
 
     Args:
@@ -78,15 +79,18 @@ def java_pattern(pattern: str, options: str = "", *, call: str) -> JavaPattern:
             ``.`` matches ``\n`` and ``m``/``n``/``p`` it does not (the last one wins),
             ``l`` the pattern is literal text.
         call: how an error names the call (``regexp_matches`` …).
+        every: the call also takes ``g`` (every match, ``regexp_replace``), which is its
+            own to read and leaves the pattern as it is.
 
     Raises:
         CompileError: an option DuckDB does not take, or a construct RE2 refuses or Java
             cannot be made to read as RE2 does, named with what to write instead.
     """
-    unknown = set(options) - OPTIONS
+    unknown = set(options) - OPTIONS - ({"g"} if every else set())
     if unknown:
+        g = "'g' (every match), " if every else ""
         raise CompileError(f"{call} takes no option {''.join(sorted(unknown))!r}; its "
-                           f"options are 'i' or 'c' (case), 's' or 'n' (whether '.' "
+                           f"options are {g}'i' or 'c' (case), 's' or 'n' (whether '.' "
                            f"matches a line break) and 'l' (literal)")
     fold = _last(options, "i", "c") == "i"
     dot_nl = _last(options, "s", "mnp") == "s"

@@ -11,6 +11,7 @@ import pytest
 import sqlglot
 
 from incr.compiler.dialect import SPARK, render_expression
+from incr.compiler.program import DUCKDB
 from incr.oracle import connect
 
 TEXTS = ["", "a", "abc", "abcdef", None]
@@ -219,8 +220,14 @@ def test_regexp_replace_replaces_what_duckdb_replaces(spark, expression):
     (Spark's every match), names a group ``\\1`` and reads ``$`` as itself (Spark's ``$1``
     and an escape); ``i`` folds case beyond ASCII.  DuckDB's ``prefix`` and ``suffix`` are
     Spark's ``startswith`` and ``endswith``.  Their Spark text replaces what DuckDB does."""
-    grid = pa.table({"s": pa.array(TEXTS_TO_MATCH, pa.string())})
-    text = render_expression(sqlglot.parse_one(expression, read="duckdb"), SPARK)
+    _over_texts(spark, expression, TEXTS_TO_MATCH)
+
+
+def _over_texts(spark, expression: str, texts: list[str | None]) -> None:
+    """``expression`` of a text ``s``, read as a program is (:data:`DUCKDB`), has the
+    oracle's values over ``texts`` in Spark."""
+    grid = pa.table({"s": pa.array(texts, pa.string())})
+    text = render_expression(sqlglot.parse_one(expression, read=DUCKDB), SPARK)
     got = [r[0] for r in spark.createDataFrame(grid).selectExpr(f"{text} AS x").collect()]
     oracle = connect()
     oracle.register("grid", grid)
@@ -269,15 +276,7 @@ def test_patterns_match_what_duckdb_matches(spark, expression):
     """A pattern is RE2's under DuckDB's options; its Spark text is a Java pattern of the
     same matches (:mod:`incr.compiler.patterns`), over texts where the two engines read
     the original apart."""
-    from incr.compiler.program import DUCKDB
-
-    grid = pa.table({"s": pa.array(TEXTS_FOR_PATTERNS, pa.string())})
-    text = render_expression(sqlglot.parse_one(expression, read=DUCKDB), SPARK)
-    got = [r[0] for r in spark.createDataFrame(grid).selectExpr(f"{text} AS x").collect()]
-    oracle = connect()
-    oracle.register("grid", grid)
-    want = [r[0] for r in oracle.sql(f"SELECT {expression} FROM grid").fetchall()]
-    assert got == want, text
+    _over_texts(spark, expression, TEXTS_FOR_PATTERNS)
 
 
 def _insert_then_delete(spark, dirs, local_rows: int, program: str, rows: pa.Table,
