@@ -1,7 +1,8 @@
 """The SQL dialects the compiler reads and writes, and the spelling they share.
 
-A leaf of the compiler: it imports sqlglot and :mod:`incr.compiler.duckdb_calls` (a leaf
-too) only, so every other module of :mod:`incr.compiler` may import it without a cycle.
+A leaf of the compiler: it imports sqlglot, :mod:`incr.compiler.duckdb_calls` and
+:mod:`incr.compiler.duckdb_scalars` (leaves too) only, so every other module of
+:mod:`incr.compiler` may import it without a cycle.
 Programs are read in the project's canonical dialect (DuckDB spelling, see
 :mod:`incr.compiler.scalar`) and the SQL the runtime executes is written in Spark's.
 """
@@ -26,6 +27,7 @@ from incr.compiler.duckdb_calls import (
     regexp_replace,
     shifted,
 )
+from incr.compiler.duckdb_scalars import as_spark
 
 #: The dialect a :class:`~incr.compiler.scalar.Scalar`'s text is kept in.
 CANONICAL_DIALECT = "duckdb"
@@ -123,7 +125,10 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
     - ``date_diff`` counts its part's boundaries, a DATE plus an INTERVAL is a TIMESTAMP,
       ``concat`` takes numbers and ``regexp_replace`` replaces the first match unless told ``g``;
       every pattern is RE2's under DuckDB's options, written as Java's
-      (:mod:`incr.compiler.duckdb_calls`).
+      (:mod:`incr.compiler.duckdb_calls`);
+    - ``left``, ``right``, ``split_part``, ``unicode``, ``levenshtein``, ``isnan``, ``//``,
+      ``printf`` and the calls Spark has no function of the name of take DuckDB's values
+      (:mod:`incr.compiler.duckdb_scalars`).
     """
     if dialect == SPARK:
         def as_duckdb(node: exp.Expr) -> exp.Expr:
@@ -149,7 +154,8 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
                 return shifted(node)
             if isinstance(node, exp.DateAdd):
                 return date_add(node)
-            return _duckdb_date_part(node)
+            spelled = as_spark(node)
+            return spelled if spelled is not node else _duckdb_date_part(node)
 
         tree = exp.replace_tree(tree.copy(), as_duckdb)
     return tree.sql(dialect=dialect)
@@ -176,7 +182,8 @@ _PARTS = {"DOW": _day_of_week, "DAYOFWEEK": _day_of_week, "WEEKDAY": _day_of_wee
 
 #: DuckDB's functions of one date or time named after a part above, which Spark has not or
 #: computes otherwise.
-_FUNCTIONS = frozenset({"weekday", "millisecond", "microsecond", "isoyear", "yearweek"})
+_FUNCTIONS = frozenset({"weekday", "millisecond", "microsecond", "nanosecond", "isoyear",
+                        "yearweek", "decade", "century", "millennium"})
 #: DuckDB's ``prefix`` and ``suffix`` (of a text), Spark's ``startswith`` and ``endswith``.
 _AFFIXES = {"prefix": "startswith", "suffix": "endswith"}
 

@@ -87,13 +87,15 @@ PARTS: dict[str, Callable[[exp.Expr], exp.Expr]] = {
     "EPOCH": _of(f"{_MICROS} / 1000000D"),
     "MILLISECOND": _of(f"pmod({_MICROS}, 60000000) DIV 1000"),
     "MICROSECOND": _of(f"pmod({_MICROS}, 60000000)"),
+    "NANOSECOND": _of(f"pmod({_MICROS}, 60000000) * 1000"),
     "DECADE": _of("year(:x) DIV 10"),
     "CENTURY": _of("(year(:x) - 1) DIV 100 + 1"),
     "MILLENNIUM": _of("(year(:x) - 1) DIV 1000 + 1"),
     "ISOYEAR": _of(_ISO_YEAR),
     "YEARWEEK": _of(f"{_ISO_YEAR} * 100 + weekofyear(:x)"),
 }
-for _unit, _same in (("MILLISECOND", "MILLISECONDS"), ("MICROSECOND", "MICROSECONDS")):
+for _unit, _same in (("MILLISECOND", "MILLISECONDS"), ("MICROSECOND", "MICROSECONDS"),
+                     ("NANOSECOND", "NANOSECONDS")):
     PARTS[_same] = PARTS[_unit]
 
 

@@ -67,8 +67,10 @@ AGGREGATES = [
 DERIVED = {
     "k1": ["substr(k1, 1, 1)", "length(k1)", "regexp_replace(k1, '[a-c]', '#')",
            # a pattern is RE2's under DuckDB's options (Spark's is Java's, and takes none)
-           "regexp_matches(k1, '^[AB]$', 'i')"],
-    "k2": ["k2 % 3", "k2 > 1"],
+           "regexp_matches(k1, '^[AB]$', 'i')",
+           # a negative count takes all but that many in DuckDB (nothing in Spark)
+           "left(k1 || 'xy', -1)"],
+    "k2": ["k2 % 3", "k2 > 1", "10 // k2"],  # NULL where k2 is 0 (Spark's DIV fails)
     "k2 % 2": ["k2 % 2 = 0"],
     "upper(k1)": ["length(upper(k1))"],
     "d * 2": ["d * 2 > 10"],
@@ -79,7 +81,8 @@ DERIVED = {
             "CAST(date_trunc('month', day) AS DATE)", "dayofweek(day)", "isodow(day)",
             "monthname(day)",
             # months counted as DuckDB counts them, ISO weeks of ISO years, seconds of an epoch
-            "date_diff('month', DATE '2026-11-30', day)", "yearweek(day)", "epoch(day)"],
+            "date_diff('month', DATE '2026-11-30', day)", "yearweek(day)", "epoch(day)",
+            "epoch_ms(day)"],
     KEYS[7]: [f"length({KEYS[7]})"],
 }
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from incr.compiler.duckdb_calls import check as check_call
+from incr.compiler.duckdb_scalars import refusal
 from incr.compiler.frontend.query import Query, Scope
 from incr.compiler.frontend.trees import contains_aggregate, func_name, window_function
 from incr.compiler.ir import AggCall
@@ -77,6 +78,9 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
             check_call(node)
         except CompileError as e:
             raise scope.error(e.message, node) from e
+        refused = refusal(node)
+        if refused is not None:
+            raise scope.error(refused, node)
         if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
             raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
                                "CASE inside the aggregate or into WHERE", node)

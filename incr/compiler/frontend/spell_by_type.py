@@ -19,6 +19,11 @@ and whose Spark text takes DuckDB's value too:
   is rounded first (``round_even(x, 0)``, Spark's ``bround``; ``round(x)``).
 - A DATE minus a DATE is a count of days in DuckDB and an INTERVAL in Spark: written
   ``date_diff('day', b, a)``.
+- ``a // b`` of a DOUBLE, FLOAT or DECIMAL is a division in DuckDB (``7.5 // 2`` is 3.75),
+  Spark's DIV takes integers only: written ``a / b``.
+- ``epoch_ms`` of a TIMESTAMP or DATE is its milliseconds since the epoch in DuckDB (of a
+  number, the TIMESTAMP that many milliseconds after it, which sqlglot reads it as):
+  written ``epoch_us(x) // 1000``, cut toward zero as DuckDB's is.
 
 A DOUBLE or FLOAT cast to text or concatenated to text is refused: DuckDB writes 12345678.0
 and 1e+16 where Spark writes 1.2345678E7 and 1.0E16, and no Spark function writes DuckDB's.
@@ -38,7 +43,7 @@ from incr.compiler.frontend.query import Query, Scope
 
 #: The calls this step may rewrite.
 _TYPED = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub, exp.DPipe,
-          exp.Concat, exp.ConcatWs)
+          exp.Concat, exp.ConcatWs, exp.IntDiv, exp.UnixToTime)
 #: Every DOUBLE of at least this magnitude is a whole number (2^52).
 _WHOLE = 4_503_599_627_370_496
 #: The place of a call in the view's tree, kept in the node's meta across sqlglot's copies.
@@ -46,6 +51,7 @@ _MARK = "incr_typed"
 
 _DOUBLE, _FLOAT, _DATE = exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DATE
 _INTEGRAL = exp.DataType.INTEGER_TYPES
+_TIMES = (_DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ)
 
 
 def spell_by_type(q: Query) -> Query:
@@ -152,6 +158,13 @@ def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
             if scale is not None and 0 < scale <= 15:
                 return node.__class__(this=_scaled_round(x, scale), to=to.copy())
         return None
+    if isinstance(node, exp.IntDiv) and other is not None \
+            and any(t.is_type(_DOUBLE, _FLOAT, exp.DataType.Type.DECIMAL) for t in (this, other)):
+        return exp.Div(this=x.copy(), expression=node.expression.copy())
+    if isinstance(node, exp.UnixToTime) and this.is_type(*_TIMES) \
+            and integer_literal(node.args.get("scale")) == 3:  # epoch_ms
+        micros = exp.Anonymous(this="epoch_us", expressions=[x.copy()])
+        return exp.IntDiv(this=micros, expression=exp.Literal.number(1000))
     if isinstance(node, exp.Sub) and this.is_type(_DATE) and other is not None \
             and other.is_type(_DATE):
         return exp.DateDiff(this=x.copy(), expression=node.expression.copy(),

@@ -1,0 +1,215 @@
+"""DuckDB's calls of texts and numbers as Spark computes them, or refused where written.
+
+A program's SQL means what DuckDB computes.  sqlglot writes some of DuckDB's text and
+number calls as a Spark function of the same name that computes something else, and some
+as a name Spark does not have, so the first batch of the view failed in Spark.  Found by
+running several hundred calls over edge values (empty and non-ASCII texts, NULL, zero,
+NaN, numbers beyond Spark's INT) in both engines:
+
+- ``left(s, n)`` and ``right(s, n)`` of a negative ``n`` are all but the last (first)
+  ``-n`` characters in DuckDB, nothing in Spark; Spark takes an INT.
+- ``split_part(s, d, 0)`` is ``''`` in DuckDB and fails in Spark, which takes an INT.
+- ``unicode('')`` and ``ord('')`` are -1 in DuckDB (Spark's ``ascii`` is 0); Spark has
+  no ``ord`` or ``strlen`` (the bytes of a text: ``octet_length``).
+- ``levenshtein`` counts bytes in DuckDB, characters in Spark: each text is compared as
+  its UTF-8 bytes, one character each (read back as ISO-8859-1).
+- ``isnan(NULL)`` is NULL in DuckDB, false in Spark; Spark has no ``isinf`` or
+  ``isfinite``.
+- ``a // b`` of integers is NULL for a zero ``b`` in DuckDB (it fails a batch in Spark);
+  of a DOUBLE or DECIMAL it is a division (typed, so in
+  :mod:`incr.compiler.frontend.spell_by_type`).
+- ``printf`` of a NULL is NULL in DuckDB, ``null`` written out in Spark; a number written
+  by ``%f``, ``%e`` or ``%g`` is rounded by C from its binary value in DuckDB, by Java
+  from its decimal one in Spark (``printf('%.2f', 2.675)``: 2.67 against 2.68), so those
+  are refused.
+- ``epoch_us`` is Spark's ``unix_micros`` (of a TIMESTAMP: a DATE or a TIMESTAMP_NTZ is
+  cast to one, in UTC); ``nanosecond``, ``century``, ``decade`` and ``millennium`` are
+  computed as their parts are (:data:`incr.compiler.duckdb_calls.PARTS`).
+
+Refused, with what to write instead (:func:`refusal`): the calls Spark has no function for
+(``gcd``, ``fmod``, the string similarities, ``hash``, ...), ``format`` (DuckDB's ``{}``
+placeholders, which sqlglot writes as Java's ``%`` ones), ``time_bucket``, and
+``split_part`` of an empty delimiter written out (DuckDB splits into characters).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+
+from incr.compiler.duckdb_calls import call, filled, integer_literal
+
+#: DuckDB's functions Spark has no form of here, by the name sqlglot keeps (a call it does
+#: not know): why, and what to write instead.
+_NONE = "Spark has none"
+_NAMED = {
+    "gcd": f"{_NONE}; compute it in the source",
+    "lcm": f"{_NONE}; compute it in the source",
+    "fmod": f"{_NONE}; write a % b, which keeps the dividend's sign as fmod does",
+    "even": f"{_NONE}; write CAST(ceil(abs(x) / 2) * 2 * sign(x) AS DOUBLE)",
+    "jaro_similarity": f"{_NONE}; compare with levenshtein",
+    "damerau_levenshtein": f"{_NONE}; compare with levenshtein",
+    "hamming": f"{_NONE}; compare with levenshtein",
+    "jaccard": f"{_NONE}; compare with levenshtein",
+    "mismatches": f"{_NONE}; compare with levenshtein",
+    "era": f"{_NONE}; write CASE WHEN year(x) > 0 THEN 1 ELSE 0 END",
+    "julian": f"{_NONE}; write date_diff('day', DATE '2000-01-01', x) + 2451545",
+    "hash": "Spark hashes otherwise; group by the values, or by md5() of them",
+    "try_strptime": f"{_NONE}; write TRY_CAST(x AS DATE) or TRY_CAST(x AS TIMESTAMP) of ISO text",
+    "regexp_split_to_array": f"{_NONE}; write split_part, or regexp_extract_all",
+    "list_element": f"{_NONE}; write split_part, or regexp_extract",
+    "epoch_ns": f"{_NONE}; write epoch_us(x) * 1000",
+}
+#: sqlglot's nodes of DuckDB calls Spark has no form of here: DuckDB's name, why and what
+#: to write instead.
+_TYPED: dict[type[exp.Expr], tuple[str, str]] = {
+    exp.JarowinklerSimilarity: ("jaro_winkler_similarity", f"{_NONE}; compare with levenshtein"),
+    exp.Format: ("format", "its {} placeholders are not Spark's format_string's; write concat"),
+    exp.DateBin: ("time_bucket", f"{_NONE}; write date_trunc of the part"),
+}
+#: printf's conversions of a number that C and Java round otherwise.
+_FLOATING = re.compile(r"%[-+ #0]*\d*(?:\.\d*)?[fFeEgGaA]")
+#: Spark's INT, which ``left`` and ``right`` take.
+_INT_MAX = 2**31 - 1
+#: The characters of a text that ``left`` or ``right`` takes, as DuckDB does, for Spark.
+_TAKEN = (f"CAST(CASE WHEN :n >= 0 THEN LEAST(:n, {_INT_MAX}) "
+          f"ELSE GREATEST(LENGTH(:s) + :n, 0) END AS INT)")
+#: A text as its UTF-8 bytes, one character each: what DuckDB's ``levenshtein`` compares.
+#: DuckDB's ``split_part`` of a part computed: ``''`` for 0, and for any part past either end.
+_PART = (f"CASE WHEN :s IS NULL OR :d IS NULL OR :n IS NULL THEN NULL WHEN :n = 0 THEN '' "
+         f"ELSE split_part(:s, :d, CAST(LEAST(GREATEST(:n, {-_INT_MAX}), {_INT_MAX}) AS INT)) END")
+_BYTES = "decode(encode(:s, 'UTF-8'), 'ISO-8859-1')"
+_INFINITY = "CAST('Infinity' AS DOUBLE)"
+
+
+def refusal(node: exp.Expr) -> str | None:
+    """Why ``node``, a call of DuckDB's, has no Spark form here, or None when it has one."""
+    if isinstance(node, exp.Anonymous):
+        name = node.name.lower()
+        if name in _NAMED:
+            return f"{name}() is not supported: {_NAMED[name]}"
+        if name == "printf":
+            return _printf_refusal(node)
+        return None
+    for kind, (name, instead) in _TYPED.items():
+        if isinstance(node, kind):
+            return f"{name}() is not supported: {instead}"
+    if isinstance(node, exp.SplitPart):
+        delimiter = node.args.get("delimiter")
+        if isinstance(delimiter, exp.Literal) and delimiter.is_string and delimiter.name == "":
+            return ("split_part of an empty delimiter is not supported: DuckDB splits the "
+                    "text into characters; write substr(text, n, 1)")
+    return None
+
+
+def _printf_refusal(node: exp.Anonymous) -> str | None:
+    """Why a ``printf`` call is refused, or None.
+
+    Refused: a format not written out, or one of a number the engines round otherwise.
+    """
+    form = node.expressions[0] if node.expressions else None
+    if not (isinstance(form, exp.Literal) and form.is_string):
+        return "printf: write its format out as text (incr checks its conversions)"
+    if _FLOATING.search(form.name):
+        return ("printf of %f, %e or %g is not supported: DuckDB rounds the number's binary "
+                "value, Spark its decimal one (2.675 is 2.67 against 2.68); write "
+                "CAST(CAST(x AS DECIMAL(18, 2)) AS VARCHAR)")
+    return None
+
+
+def as_spark(node: exp.Expr) -> exp.Expr:
+    """``node`` as Spark computes DuckDB's value of it, or ``node`` itself (module doc)."""
+    if isinstance(node, exp.Anonymous):
+        return _named(node)
+    if isinstance(node, (exp.Left, exp.Right)):
+        return _ends(node)
+    if isinstance(node, exp.SplitPart):
+        return _split_part(node)
+    if isinstance(node, exp.Unicode):
+        return _code_point(node.this)
+    if isinstance(node, exp.Levenshtein) and set(node.args) <= {"this", "expression"}:
+        return call("levenshtein", filled(_BYTES, s=node.this), filled(_BYTES, s=node.expression))
+    if isinstance(node, exp.IsNan):
+        return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=node.this.copy(),
+                                                               expression=exp.Null())),
+                                    true=call("isnan", node.this))])
+    if isinstance(node, exp.IsInf):
+        return exp.Paren(this=filled(f"abs(:x) = {_INFINITY}", x=node.this))
+    if isinstance(node, exp.IntDiv):
+        return _integer_division(node)
+    return node
+
+
+def _named(node: exp.Anonymous) -> exp.Expr:
+    """The calls sqlglot does not know, that Spark has no function of the name of."""
+    name, args = node.name.lower(), node.expressions
+    if len(args) != 1:
+        return _null_printf(node) if name == "printf" else node
+    x = args[0]
+    if name == "strlen":
+        return call("octet_length", x)
+    if name == "ord":
+        return _code_point(x)
+    if name == "isfinite":
+        return exp.Paren(this=filled(f"NOT isnan(:x) AND abs(:x) <> {_INFINITY}", x=x))
+    if name == "epoch_us":
+        return call("unix_micros", exp.cast(x.copy(), "TIMESTAMP"))
+    return node
+
+
+def _code_point(x: exp.Expr) -> exp.Expr:
+    """DuckDB's ``unicode(x)``: the first character's code point, -1 for ``''``."""
+    return exp.Paren(this=filled("CASE WHEN :x = '' THEN -1 ELSE ascii(:x) END", x=x))
+
+
+def _null_printf(node: exp.Anonymous) -> exp.Expr:
+    """``printf`` NULL when an argument is, as DuckDB's (Spark writes ``null``)."""
+    computed = [a for a in node.expressions if not isinstance(a, exp.Literal)]
+    if not computed:
+        return node
+    known = exp.and_(*(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null()))
+                       for a in computed))
+    return exp.Case(ifs=[exp.If(this=known, true=call("printf", *node.expressions))])
+
+
+def _ends(node: exp.Left | exp.Right) -> exp.Expr:
+    """DuckDB's ``left`` and ``right``: a negative count takes all but that many."""
+    n = node.expression
+    count = integer_literal(n)
+    if count is not None and 0 <= count <= _INT_MAX:
+        return node
+    wide = exp.cast(n.copy(), "BIGINT")
+    taken = call("left" if isinstance(node, exp.Left) else "right", node.this,
+                 filled(_TAKEN, s=node.this, n=wide))
+    if count is not None:
+        return taken
+    return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=n.copy(), expression=exp.Null())),
+                                true=taken)])
+
+
+def _split_part(node: exp.SplitPart) -> exp.Expr:
+    """DuckDB's ``split_part``: ``''`` for the part 0, where Spark's fails a batch.
+
+    A part beyond Spark's INT (which Spark's takes) is ``''`` too, as any part past the
+    last is.
+    """
+    part = node.args.get("part_index")
+    written = integer_literal(part)
+    if part is None or (written not in (None, 0) and abs(written) <= _INT_MAX):
+        return node
+    parts = {"s": node.this, "d": node.args["delimiter"], "n": exp.cast(part.copy(), "BIGINT")}
+    if written is not None:
+        return exp.Paren(this=filled("CASE WHEN :s IS NOT NULL AND :d IS NOT NULL THEN '' END",
+                                     **parts))
+    return exp.Paren(this=filled(_PART, **parts))
+
+
+def _integer_division(node: exp.IntDiv) -> exp.Expr:
+    """DuckDB's ``a // b`` of integers: NULL for a zero ``b``, where Spark's DIV fails."""
+    divisor = node.expression
+    if integer_literal(divisor) not in (None, 0):
+        return node
+    spark = exp.Paren(this=exp.IntDiv(this=node.this.copy(), expression=divisor.copy()))
+    zero = exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0))
+    return exp.Case(ifs=[exp.If(this=exp.Not(this=zero), true=spark)])
