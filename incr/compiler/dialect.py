@@ -26,6 +26,8 @@ from incr.compiler.duckdb_calls import (
     regexp_escape,
     regexp_replace,
     shifted,
+    time_format,
+    truncated,
 )
 from incr.compiler.duckdb_scalars import as_spark
 
@@ -122,7 +124,8 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
     - a day of the week counts as DuckDB's does, and a second is whole, a month's or a day's
       name written out (:func:`_duckdb_date_part`), as are the parts Spark has no function
       or EXTRACT of (the epoch with its fraction, milliseconds, the ISO year, ...);
-    - ``date_diff`` counts its part's boundaries, a DATE plus an INTERVAL is a TIMESTAMP,
+    - ``date_diff`` counts its part's boundaries, ``date_trunc`` takes DuckDB's units,
+      a DATE plus an INTERVAL is a TIMESTAMP,
       ``concat`` takes numbers and ``regexp_replace`` replaces the first match unless told ``g``;
       every pattern is RE2's under DuckDB's options, written as Java's
       (:mod:`incr.compiler.duckdb_calls`);
@@ -154,6 +157,10 @@ def render_expression(tree: exp.Expr, dialect: str) -> str:
                 return shifted(node)
             if isinstance(node, exp.DateAdd):
                 return date_add(node)
+            if isinstance(node, exp.TimestampTrunc):
+                return truncated(node)
+            if isinstance(node, exp.TimeToStr):
+                return time_format(node)
             spelled = as_spark(node)
             return spelled if spelled is not node else _duckdb_date_part(node)
 

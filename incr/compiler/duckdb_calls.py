@@ -12,6 +12,8 @@ compiler's Spark text.
 - ``epoch`` keeps the fraction of a second, Spark's ``unix_timestamp`` drops it; Spark
   has no ``millisecond``, ``microsecond``, ``isoyear``, ``yearweek``, ``week``, ``prefix``
   or ``suffix``, and no EXTRACT of the epoch, decade, century or millennium.
+- ``date_trunc`` to a decade, century, millennium or ISO year is NULL in Spark.
+- ``strftime``'s format is C's; Spark's ``date_format`` takes Java's (:func:`java_format`).
 - A DATE plus or minus an INTERVAL (also ``date_add``) is a TIMESTAMP in DuckDB and a DATE
   in Spark, whose ``date_add`` takes no INTERVAL.
 - ``concat`` of a number fails in Spark as sqlglot writes it (each argument coalesced to
@@ -99,6 +101,87 @@ for _unit, _same in (("MILLISECOND", "MILLISECONDS"), ("MICROSECOND", "MICROSECO
     PARTS[_same] = PARTS[_unit]
 
 
+#: DuckDB's units of ``date_trunc`` that Spark's does not take (it is NULL there): the
+#: first instant of each, as Spark's ``date_trunc`` of a day that starts it (weeks on Monday).
+_TRUNCATIONS = {
+    "DECADE": _of("date_trunc('YEAR', make_date(year(:x) DIV 10 * 10, 1, 1))"),
+    "CENTURY": _of("date_trunc('YEAR', make_date(year(:x) DIV 100 * 100, 1, 1))"),
+    "MILLENNIUM": _of("date_trunc('YEAR', make_date(year(:x) DIV 1000 * 1000, 1, 1))"),
+    "ISOYEAR": _of(f"date_trunc('WEEK', make_date({_ISO_YEAR}, 1, 4))"),
+}
+
+
+def truncated(node: exp.TimestampTrunc) -> exp.Expr:
+    """DuckDB's ``date_trunc`` to a decade, century, millennium or ISO year.
+
+    Spark's does not take those units (:data:`_TRUNCATIONS`); ``node`` itself for any other.
+    """
+    unit = node.args.get("unit")
+    rewrite = _TRUNCATIONS.get(unit.name.upper()) if isinstance(unit, (exp.Var, exp.Literal)) \
+        else None
+    return rewrite(node.this) if rewrite is not None else node
+
+
+#: DuckDB's ``strftime`` specifiers and Spark's (Java's) pattern of the same text, in
+#: English as both write names; ``%-x`` is ``%x`` without padding.
+_STRFTIME = {
+    "Y": "yyyy", "y": "yy", "m": "MM", "-m": "M", "d": "dd", "-d": "d", "H": "HH", "-H": "H",
+    "I": "hh", "-I": "h", "M": "mm", "-M": "m", "S": "ss", "-S": "s", "j": "DDD", "-j": "D",
+    "p": "a", "b": "MMM", "h": "MMM", "B": "MMMM", "a": "EEE", "A": "EEEE", "f": "SSSSSS",
+    "g": "SSS",
+}
+#: What to write for the specifiers Spark writes otherwise or not at all.
+_STRFTIME_INSTEAD = {
+    "w": "dayofweek(x)", "u": "isodow(x)", "U": "week(x)", "W": "week(x)", "V": "week(x)",
+    "G": "isoyear(x)", "z": "nothing: times are UTC", "Z": "nothing: times are UTC",
+    "c": "the specifiers it stands for", "x": "the specifiers it stands for",
+    "X": "the specifiers it stands for", "n": "%f and '000'", "-y": "%y",
+}
+_SPECIFIER = re.compile(r"%(-?.)", re.DOTALL)
+
+
+def java_format(text: str) -> str:
+    """Spark's ``date_format`` pattern of DuckDB's ``strftime`` format ``text``.
+
+    sqlglot's own mapping wrote ``%j`` as ``DD`` (two digits), left ``%%``, ``%g`` and
+    ``%x`` as text Java reads as letters, and some as letters Spark refuses.  Text between
+    specifiers is quoted, so no letter of it is read as a field.
+
+    Raises:
+        CompileError: for a specifier Spark writes otherwise or not at all.
+    """
+    out, literal, at = [], "", 0
+    for m in _SPECIFIER.finditer(text):
+        literal += text[at:m.start()]
+        spec, at = m.group(1), m.end()
+        if spec == "%":
+            literal += "%"
+        elif spec in _STRFTIME:
+            out += [_quoted(literal), _STRFTIME[spec]]
+            literal = ""
+        else:
+            instead = _STRFTIME_INSTEAD.get(spec, "one of %Y %m %d %H %M %S …")
+            raise CompileError(f"strftime: %{spec} is not supported (Spark writes it otherwise "
+                               f"or not at all); write {instead}")
+    if text[at:].endswith("%"):
+        raise CompileError("strftime: the format ends with a lone %")
+    return "".join([*out, _quoted(literal + text[at:])])
+
+
+def _quoted(literal: str) -> str:
+    """``literal`` as Java's pattern of itself: quoted, a quote doubled."""
+    return "'" + literal.replace("'", "''") + "'" if literal else ""
+
+
+def time_format(node: exp.TimeToStr) -> exp.Expr:
+    """DuckDB's ``strftime(x, format)`` as Spark's ``date_format`` (:func:`java_format`)."""
+    form = node.args.get("format")
+    if not (isinstance(form, exp.Literal) and form.is_string):
+        raise CompileError("strftime: write its format out as text (incr translates it to "
+                           "Spark's when it compiles the view)")
+    return call("date_format", node.this, exp.Literal.string(java_format(form.name)))
+
+
 def _boundaries(template: str) -> Callable[[exp.Expr, exp.Expr], exp.Expr]:
     """The count of a part's boundaries from ``:a`` to ``:b``, a BIGINT as DuckDB's."""
     return lambda a, b: exp.Paren(this=exp.cast(filled(template, a=a, b=b), "BIGINT"))
@@ -153,6 +236,8 @@ def check(node: exp.Expr) -> None:
         matches(node)
     elif isinstance(node, exp.DateDiff):
         date_diff(node)
+    elif isinstance(node, exp.TimeToStr):
+        time_format(node)
     elif isinstance(node, exp.SimilarTo):
         raise CompileError("SIMILAR TO is not supported: Spark has none; write LIKE, or "
                            "regexp_full_match")

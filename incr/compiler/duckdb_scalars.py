@@ -18,6 +18,8 @@ NaN, numbers beyond Spark's INT) in both engines:
 - ``a // b`` of integers is NULL for a zero ``b`` in DuckDB (it fails a batch in Spark);
   of a DOUBLE or DECIMAL it is a division (typed, so in
   :mod:`incr.compiler.frontend.spell_by_type`).
+- LIKE and ILIKE without ESCAPE read a backslash as itself in DuckDB, as an escape in
+  Spark: the pattern's backslashes are doubled.
 - ``printf`` of a NULL is NULL in DuckDB, ``null`` written out in Spark; a number written
   by ``%f``, ``%e`` or ``%g`` is rounded by C from its binary value in DuckDB, by Java
   from its decimal one in Spark (``printf('%.2f', 2.675)``: 2.67 against 2.68), so those
@@ -60,6 +62,7 @@ _NAMED = {
     "regexp_split_to_array": f"{_NONE}; write split_part, or regexp_extract_all",
     "list_element": f"{_NONE}; write split_part, or regexp_extract",
     "epoch_ns": f"{_NONE}; write epoch_us(x) * 1000",
+    "array_extract": f"{_NONE} of a text; write substr(text, n, 1)",
 }
 #: sqlglot's nodes of DuckDB calls Spark has no form of here: DuckDB's name, why and what
 #: to write instead.
@@ -67,6 +70,7 @@ _TYPED: dict[type[exp.Expr], tuple[str, str]] = {
     exp.JarowinklerSimilarity: ("jaro_winkler_similarity", f"{_NONE}; compare with levenshtein"),
     exp.Format: ("format", "its {} placeholders are not Spark's format_string's; write concat"),
     exp.DateBin: ("time_bucket", f"{_NONE}; write date_trunc of the part"),
+    exp.TimeFromParts: ("make_time", "Spark has no TIME; write make_timestamp"),
 }
 #: printf's conversions of a number that C and Java round otherwise.
 _FLOATING = re.compile(r"%[-+ #0]*\d*(?:\.\d*)?[fFeEgGaA]")
@@ -138,6 +142,8 @@ def as_spark(node: exp.Expr) -> exp.Expr:
         return exp.Paren(this=filled(f"abs(:x) = {_INFINITY}", x=node.this))
     if isinstance(node, exp.IntDiv):
         return _integer_division(node)
+    if isinstance(node, (exp.Like, exp.ILike)) and not isinstance(node.parent, exp.Escape):
+        return _no_escape(node)
     return node
 
 
@@ -203,6 +209,24 @@ def _split_part(node: exp.SplitPart) -> exp.Expr:
         return exp.Paren(this=filled("CASE WHEN :s IS NOT NULL AND :d IS NOT NULL THEN '' END",
                                      **parts))
     return exp.Paren(this=filled(_PART, **parts))
+
+
+def _no_escape(node: exp.Like | exp.ILike) -> exp.Expr:
+    """DuckDB's LIKE (and ILIKE) without ESCAPE: a backslash is itself.
+
+    Spark's escapes the character after it by default.  Each backslash of the pattern is
+    doubled (Spark's escape of itself).  The result is in parentheses, so no rewrite
+    doubles it again.
+    """
+    pattern = node.expression
+    if isinstance(pattern, exp.Literal) and pattern.is_string:
+        if "\\" not in pattern.name:
+            return node
+        doubled: exp.Expr = exp.Literal.string(pattern.name.replace("\\", "\\\\"))
+    else:
+        doubled = filled("replace(:p, '\\\\', '\\\\\\\\')", p=pattern)
+    return exp.Paren(this=node.__class__(**{**node.args, "this": node.this.copy(),
+                                             "expression": doubled}))
 
 
 def _integer_division(node: exp.IntDiv) -> exp.Expr:

@@ -14,6 +14,10 @@ and whose Spark text takes DuckDB's value too:
 - ``floor``, ``ceil`` and ``trunc`` of a DOUBLE are DOUBLEs in DuckDB and BIGINTs in Spark,
   which saturate beyond 2^63: written as the whole number cast back to DOUBLE below 2^52
   (beyond it, every DOUBLE is whole already).
+- ``trunc(x, n)`` cuts to ``n`` decimals in DuckDB, and sqlglot wrote Spark's cast to
+  BIGINT, dropping ``n``.  Of a DOUBLE, DuckDB cuts ``x * 10^n`` and divides back in
+  floating point (``x / 10^-n`` and multiplies back for a negative ``n``; ``x`` itself
+  where that overflows); of a DECIMAL or an integer, written ``x - x % 10^-n``, exact.
 - A DOUBLE or FLOAT cast to an integer type rounds half to even in DuckDB and truncates in
   Spark; a DECIMAL rounds half away from zero in DuckDB and truncates in Spark.  The operand
   is rounded first (``round_even(x, 0)``, Spark's ``bround``; ``round(x)``).
@@ -33,6 +37,8 @@ before, Spark's way.  An operand of another type is left alone too.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal
 
 from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
@@ -140,6 +146,8 @@ def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
     if isinstance(node, exp.Round) and this.is_type(_DOUBLE):
         n = integer_literal(node.args.get("decimals"))
         return _scaled_round(x, n) if n is not None and 0 < n <= 15 else None
+    if isinstance(node, exp.Trunc) and node.args.get("decimals") is not None:
+        return _cut(x, this, integer_literal(node.args["decimals"]))
     if isinstance(node, (exp.Floor, exp.Ceil, exp.Trunc)) and this.is_type(_DOUBLE) \
             and node.args.get("decimals") is None:
         whole = exp.cast(type(node)(this=x.copy()), _DOUBLE)
@@ -169,6 +177,29 @@ def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
             and other.is_type(_DATE):
         return exp.DateDiff(this=x.copy(), expression=node.expression.copy(),
                             unit=exp.var("DAY"))
+    return None
+
+
+def _cut(x: exp.Expr, t: exp.DataType, n: int | None) -> exp.Expr | None:
+    """DuckDB's ``trunc(x, n)`` of a DOUBLE, DECIMAL or integer ``x``, ``n`` written out."""
+    if n is None or abs(n) > 15:
+        return None
+    if t.is_type(_DOUBLE):
+        scale = exp.Literal.number(f"{10 ** abs(n)}.0")
+        scaled = (exp.Mul if n >= 0 else exp.Div)(this=_operand(x), expression=scale)
+        back = exp.Mul if n < 0 else exp.Div
+        whole = back(this=exp.cast(exp.Trunc(this=scaled.copy()), _DOUBLE), expression=scale.copy())
+        small = exp.LT(this=exp.Abs(this=scaled.copy()), expression=exp.Literal.number(_WHOLE))
+        finite = exp.Not(this=exp.IsInf(this=scaled.copy()))
+        exact = back(this=exp.Paren(this=scaled.copy()), expression=scale.copy())
+        return exp.Paren(this=exp.Case(ifs=[exp.If(this=small, true=whole),
+                                            exp.If(this=finite, true=exact)], default=x.copy()))
+    if t.is_type(exp.DataType.Type.DECIMAL, *_INTEGRAL):
+        if n >= 0 and t.is_type(*_INTEGRAL):
+            return x.copy()
+        unit = exp.Literal.number(f"{Decimal(1).scaleb(-n):f}")
+        rest = exp.Paren(this=exp.Mod(this=_operand(x), expression=unit))
+        return exp.Paren(this=exp.Sub(this=_operand(x), expression=rest))
     return None
 
 
