@@ -22,6 +22,7 @@ from incr.compiler.duckdb_calls import (
     date_diff,
     filled,
     integer_literal,
+    known,
     matches,
     regexp_escape,
     regexp_replace,
@@ -273,7 +274,7 @@ def _duckdb_substring(node: exp.Substring) -> exp.Expr:
             return node
         place = (exp.Literal.number(max(min(start, _INT_MAX), -_INT_MAX)) if start is not None
                  else filled(_SPARK_PLACE, st=exp.cast(st.copy(), "BIGINT")))
-        return _known(exp.Anonymous(this="substr", expressions=[s.copy(), place]), st)
+        return known(exp.Anonymous(this="substr", expressions=[s.copy(), place]), st)
     if (start not in (None, 0) and length is not None and 0 <= length <= _INT_MAX
             and abs(start) <= _INT_MAX):
         return node
@@ -286,19 +287,5 @@ def _duckdb_substring(node: exp.Substring) -> exp.Expr:
     wide = {"s": s, "st": exp.cast(st.copy(), "BIGINT"), "ln": exp.cast(ln.copy(), "BIGINT")}
     wide["a"] = filled(_PLACE, **wide)
     wide["lo"] = filled(_LOW, **wide)
-    return _known(exp.Anonymous(this="substr", expressions=[
+    return known(exp.Anonymous(this="substr", expressions=[
         s.copy(), filled(_SPARK_START, **wide), filled(_SPARK_LENGTH, **wide)]), st, ln)
-
-
-def _known(call: exp.Expr, *numbers: exp.Expr) -> exp.Expr:
-    """``call``, NULL when one of ``numbers`` is.
-
-    Spark's GREATEST and LEAST skip a NULL, where DuckDB's substr of a NULL start or length
-    is NULL.  Numbers written out are never NULL.
-    """
-    computed = [n for n in numbers if integer_literal(n) is None]
-    if not computed:
-        return call
-    known = exp.and_(*(exp.Not(this=exp.Is(this=n.copy(), expression=exp.Null()))
-                       for n in computed))
-    return exp.Case(ifs=[exp.If(this=known, true=call)])

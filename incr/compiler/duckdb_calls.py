@@ -60,6 +60,21 @@ def integer_literal(node: exp.Expr | None) -> int | None:
     return None
 
 
+def known(value: exp.Expr, *operands: exp.Expr) -> exp.Expr:
+    """``value``, NULL when one of ``operands`` is, as DuckDB's call of them is.
+
+    Spark's GREATEST and LEAST skip a NULL, and its ``printf`` writes ``null``.  Literals
+    written out are never NULL, so no check is written for them.
+    """
+    computed = [o for o in operands
+                if not isinstance(o, exp.Literal) and integer_literal(o) is None]
+    if not computed:
+        return value
+    checks = exp.and_(*(exp.Not(this=exp.Is(this=o.copy(), expression=exp.Null()))
+                        for o in computed))
+    return exp.Case(ifs=[exp.If(this=checks, true=value)])
+
+
 def filled(template: str, **parts: exp.Expr) -> exp.Expr:
     """``template`` (Spark SQL) with each ``:name`` replaced by a copy of ``parts[name]``."""
     def fill(node: exp.Expr) -> exp.Expr:

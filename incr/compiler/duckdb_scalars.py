@@ -40,7 +40,7 @@ import re
 
 from sqlglot import exp
 
-from incr.compiler.duckdb_calls import call, filled, integer_literal
+from incr.compiler.duckdb_calls import call, filled, integer_literal, known
 
 #: DuckDB's functions Spark has no form of here, by the name sqlglot keeps (a call it does
 #: not know): why, and what to write instead.
@@ -79,10 +79,10 @@ _INT_MAX = 2**31 - 1
 #: The characters of a text that ``left`` or ``right`` takes, as DuckDB does, for Spark.
 _TAKEN = (f"CAST(CASE WHEN :n >= 0 THEN LEAST(:n, {_INT_MAX}) "
           f"ELSE GREATEST(LENGTH(:s) + :n, 0) END AS INT)")
-#: A text as its UTF-8 bytes, one character each: what DuckDB's ``levenshtein`` compares.
 #: DuckDB's ``split_part`` of a part computed: ``''`` for 0, and for any part past either end.
 _PART = (f"CASE WHEN :s IS NULL OR :d IS NULL OR :n IS NULL THEN NULL WHEN :n = 0 THEN '' "
          f"ELSE split_part(:s, :d, CAST(LEAST(GREATEST(:n, {-_INT_MAX}), {_INT_MAX}) AS INT)) END")
+#: A text as its UTF-8 bytes, one character each: what DuckDB's ``levenshtein`` compares.
 _BYTES = "decode(encode(:s, 'UTF-8'), 'ISO-8859-1')"
 _INFINITY = "CAST('Infinity' AS DOUBLE)"
 
@@ -135,9 +135,7 @@ def as_spark(node: exp.Expr) -> exp.Expr:
     if isinstance(node, exp.Levenshtein) and set(node.args) <= {"this", "expression"}:
         return call("levenshtein", filled(_BYTES, s=node.this), filled(_BYTES, s=node.expression))
     if isinstance(node, exp.IsNan):
-        return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=node.this.copy(),
-                                                               expression=exp.Null())),
-                                    true=call("isnan", node.this))])
+        return known(call("isnan", node.this), node.this)
     if isinstance(node, exp.IsInf):
         return exp.Paren(this=filled(f"abs(:x) = {_INFINITY}", x=node.this))
     if isinstance(node, exp.IntDiv):
@@ -170,13 +168,12 @@ def _code_point(x: exp.Expr) -> exp.Expr:
 
 
 def _null_printf(node: exp.Anonymous) -> exp.Expr:
-    """``printf`` NULL when an argument is, as DuckDB's (Spark writes ``null``)."""
-    computed = [a for a in node.expressions if not isinstance(a, exp.Literal)]
-    if not computed:
-        return node
-    known = exp.and_(*(exp.Not(this=exp.Is(this=a.copy(), expression=exp.Null()))
-                       for a in computed))
-    return exp.Case(ifs=[exp.If(this=known, true=call("printf", *node.expressions))])
+    """``printf`` NULL when an argument is, as DuckDB's (Spark writes ``null``).
+
+    ``node`` itself when every argument is written out, so no rewrite visits it again.
+    """
+    spelled = known(call("printf", *node.expressions), *node.expressions)
+    return node if isinstance(spelled, exp.Anonymous) else spelled
 
 
 def _ends(node: exp.Left | exp.Right) -> exp.Expr:
@@ -188,10 +185,7 @@ def _ends(node: exp.Left | exp.Right) -> exp.Expr:
     wide = exp.cast(n.copy(), "BIGINT")
     taken = call("left" if isinstance(node, exp.Left) else "right", node.this,
                  filled(_TAKEN, s=node.this, n=wide))
-    if count is not None:
-        return taken
-    return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=n.copy(), expression=exp.Null())),
-                                true=taken)])
+    return known(taken, n)
 
 
 def _split_part(node: exp.SplitPart) -> exp.Expr:
