@@ -647,8 +647,25 @@ class DriverEngine(Engine):
         self._scanned = False  # a table registered by scan() is read as a query runs
 
     def table(self, name: str, data: pa.Table) -> str:
-        self.sql._con.register(name, data)
-        self._tables.append(name)
+        """Registers ``data`` as ``name``; rows with a NaN are copied into DuckDB instead.
+
+        DuckDB 1.5.6 pushes a query's filters into its scan of an Arrow table, where they
+        compare a NaN as IEEE does (``NaN > 0`` false) and not as DuckDB and Spark do (NaN
+        above every number; duckdb-python issue 615): ``WHERE x > 0`` lost the NaN rows.
+        A table of DuckDB's own compares as DuckDB does; the copy is made only when a NaN
+        is there to compare.
+        """
+        if not _has_nan(data):
+            self.sql._con.register(name, data)
+            self._tables.append(name)
+            return name
+        arrow = f"{name}__arrow"
+        self.sql._con.register(arrow, data)
+        try:
+            self.sql._con.execute(f'CREATE OR REPLACE TEMP TABLE "{name}" AS SELECT * FROM "{arrow}"')
+        finally:
+            self.sql._con.unregister(arrow)
+        self._held.append(name)
         return name
 
     def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
@@ -762,6 +779,14 @@ class DriverEngine(Engine):
             self.sql._con.execute(f'DROP TABLE IF EXISTS "{name}"')
         self._tables, self._views, self._held = [], [], []
         self._scanned = False
+
+
+def _has_nan(data: pa.Table) -> bool:
+    """Whether a FLOAT or DOUBLE column of ``data`` holds a NaN."""
+    import pyarrow.compute as pc
+
+    return any(pa.types.is_floating(f.type) and pc.any(pc.is_nan(data[f.name])).as_py()
+               for f in data.schema)
 
 
 class TypedDriverEngine(DriverEngine):
