@@ -655,6 +655,7 @@ class DriverEngine(Engine):
         A table of DuckDB's own compares as DuckDB does; the copy is made only when a NaN
         is there to compare.
         """
+        self._forget(name)  # a name is a view of Arrow or a table of DuckDB's, not both
         if not _has_nan(data):
             self.sql._con.register(name, data)
             self._tables.append(name)
@@ -667,6 +668,15 @@ class DriverEngine(Engine):
             self.sql._con.unregister(arrow)
         self._held.append(name)
         return name
+
+    def _forget(self, name: str) -> None:
+        """Drops what :meth:`table` made of ``name`` before, so it can be made again."""
+        if name in self._tables:
+            self.sql._con.unregister(name)
+            self._tables.remove(name)
+        if name in self._held:
+            self.sql._con.execute(f'DROP TABLE IF EXISTS "{name}"')
+            self._held.remove(name)
 
     def delta(self, name: str, path: Path, buckets: Iterable[int] | None = None,
               matching: Mapping[str, pa.Array] | None = None, every: bool = False,

@@ -746,6 +746,20 @@ def test_filters_keep_nan_rows_as_duckdb_and_spark_do(spark):
         assert _rows(tuple(r) for r in spark.sql(sql).collect()) == want, where
 
 
+def test_a_table_registered_again_with_or_without_nan_replaces_the_last():
+    """A name registered again replaces what it named, whether either holds a NaN (then a
+    DuckDB table, else a view of the Arrow rows)."""
+    from incr.runtime.local import DriverEngine
+
+    engine = DriverEngine(LocalSql())
+    schema = pa.schema([("n", pa.int64())])
+    for xs in ([1.0, 2.0], [float("nan"), 3.0, 4.0], [float("nan")], [5.0]):
+        engine.table("batch", pa.table({"x": pa.array(xs, pa.float64())}))
+        counted = engine.collect(Query("SELECT count(*) AS n FROM batch WHERE x > 0"), schema)
+        assert counted["n"][0].as_py() == len(xs)
+    engine.close()
+
+
 def _rows(rows) -> list[tuple[str, str]]:
     """Rows of (k, x) as sorted text, NaN as ``nan`` (which equals itself)."""
     return sorted((str(k), repr(x)) for k, x in rows)
