@@ -262,20 +262,6 @@ def check(node: exp.Expr) -> None:
                            "'?'), or regexp_full_match")
     elif isinstance(node, exp.RegexpILike):
         raise CompileError("~* is not DuckDB's; write regexp_matches(text, pattern, 'i')")
-    elif isinstance(node, exp.Anonymous) and node.name.lower() in _MISSING \
-            and len(node.expressions) in _MISSING[node.name.lower()][0]:
-        raise CompileError(_MISSING[node.name.lower()][1])
-
-
-#: DuckDB's functions Spark has no form of here, by name: the argument counts refused and
-#: what to write instead.
-_MISSING = {
-    "date_sub": ((3,), ("date_sub(part, start, end) is not supported: Spark counts whole "
-                       "parts otherwise; write date_diff(part, start, end), which counts "
-                       "the part's boundaries")),
-    "age": ((1, 2), ("age() is not supported: Spark has no interval of years, months and "
-                    "days between two times; write date_diff of the part you need")),
-}
 
 
 def date_diff(node: exp.DateDiff) -> exp.Expr:

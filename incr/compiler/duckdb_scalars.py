@@ -30,7 +30,8 @@ NaN, numbers beyond Spark's INT) in both engines:
 
 Refused, with what to write instead (:func:`refusal`): the calls Spark has no function for
 (``gcd``, ``fmod``, the string similarities, ``hash``, ...), ``format`` (DuckDB's ``{}``
-placeholders, which sqlglot writes as Java's ``%`` ones), ``time_bucket``, and
+placeholders, which sqlglot writes as Java's ``%`` ones), ``time_bucket``, ``age``,
+``date_sub`` of three arguments (Spark has the form of two), and
 ``split_part`` of an empty delimiter written out (DuckDB splits into characters).
 """
 
@@ -63,7 +64,14 @@ _NAMED = {
     "list_element": f"{_NONE}; write split_part, or regexp_extract",
     "epoch_ns": f"{_NONE}; write epoch_us(x) * 1000",
     "array_extract": f"{_NONE} of a text; write substr(text, n, 1)",
+    "date_sub": ("Spark counts whole parts otherwise; write date_diff(part, start, end), "
+                 "which counts the part's boundaries"),
+    "age": ("Spark has no interval of years, months and days between two times; write "
+            "date_diff of the part you need"),
 }
+#: The calls of :data:`_NAMED` refused only at some numbers of arguments (Spark has the
+#: others: ``date_sub(date, interval)``).
+_ARGUMENTS = {"date_sub": (3,), "age": (1, 2)}
 #: sqlglot's nodes of DuckDB calls Spark has no form of here: DuckDB's name, why and what
 #: to write instead.
 _TYPED: dict[type[exp.Expr], tuple[str, str]] = {
@@ -91,7 +99,11 @@ def refusal(node: exp.Expr) -> str | None:
     """Why ``node``, a call of DuckDB's, has no Spark form here, or None when it has one."""
     if isinstance(node, exp.Anonymous):
         name = node.name.lower()
-        if name in _NAMED:
+        count = len(node.expressions)
+        if name in _ARGUMENTS and count in _ARGUMENTS[name]:
+            plural = "" if count == 1 else "s"
+            return f"{name}() of {count} argument{plural} is not supported: {_NAMED[name]}"
+        if name in _NAMED and name not in _ARGUMENTS:
             return f"{name}() is not supported: {_NAMED[name]}"
         if name == "printf":
             return _printf_refusal(node)
@@ -200,8 +212,7 @@ def _split_part(node: exp.SplitPart) -> exp.Expr:
         return node
     parts = {"s": node.this, "d": node.args["delimiter"], "n": exp.cast(part.copy(), "BIGINT")}
     if written is not None:
-        return exp.Paren(this=filled("CASE WHEN :s IS NOT NULL AND :d IS NOT NULL THEN '' END",
-                                     **parts))
+        return exp.Paren(this=known(exp.Literal.string(""), node.this, node.args["delimiter"]))
     return exp.Paren(this=filled(_PART, **parts))
 
 
