@@ -93,6 +93,15 @@ _PART = (f"CASE WHEN :s IS NULL OR :d IS NULL OR :n IS NULL THEN NULL WHEN :n = 
 #: A text as its UTF-8 bytes, one character each: what DuckDB's ``levenshtein`` compares.
 _BYTES = "decode(encode(:s, 'UTF-8'), 'ISO-8859-1')"
 _INFINITY = "CAST('Infinity' AS DOUBLE)"
+#: For ``upper`` and ``lower``: the characters Java's full case mapping (Spark's) takes
+#: otherwise than DuckDB's, and the character of each both engines case alike.  ``ß`` is
+#: ``SS`` in Java's upper case, ``ẞ`` in DuckDB's (which Java leaves as it is); ``İ`` is
+#: ``i̇`` (two characters) in Java's lower case, ``i`` in DuckDB's; a capital sigma ending a
+#: word is the final sigma (U+03C2) in Java's, the small sigma (U+03C3) in DuckDB's everywhere.
+_CASED_FIRST: dict[type[exp.Expr], tuple[str, str]] = {
+    exp.Upper: ("\u00df", "\u1e9e"),
+    exp.Lower: ("\u0130\u03a3", "i\u03c3"),
+}
 
 
 def refusal(node: exp.Expr) -> str | None:
@@ -154,7 +163,24 @@ def as_spark(node: exp.Expr) -> exp.Expr:
         return _integer_division(node)
     if isinstance(node, (exp.Like, exp.ILike)) and not isinstance(node.parent, exp.Escape):
         return _no_escape(node)
+    if isinstance(node, (exp.Upper, exp.Lower)):
+        return _cased(node)
     return node
+
+
+def _cased(node: exp.Upper | exp.Lower) -> exp.Expr:
+    """DuckDB's ``upper`` or ``lower`` in Spark (:data:`_CASED_FIRST`).
+
+    The characters Java cases otherwise are written first as the character both engines
+    case alike.  ``node`` itself when its text is so written already, so no rewrite visits it again.
+    """
+    source, target = _CASED_FIRST[type(node)]
+    text = node.this
+    if isinstance(text, exp.Translate) and text.args.get("from_") == exp.Literal.string(source):
+        return node
+    translated = exp.Translate(this=text.copy(), from_=exp.Literal.string(source),
+                               to=exp.Literal.string(target))
+    return type(node)(this=translated)
 
 
 def _named(node: exp.Anonymous) -> exp.Expr:

@@ -76,6 +76,7 @@ _ALLOWED = (
     exp.Like,  # of a pattern of ASCII text, no escape (see _plain_pattern)
     exp.Sum, exp.Count, exp.Min, exp.Max, exp.Avg, exp.VariancePop, exp.Sqrt, exp.IsNan,
     exp.Pow,  # only 2^n for an integer n (see _exact_power), exact in both engines
+    exp.Translate,  # of characters written out, each once (see _other_form)
     exp.Cast, exp.TryCast, exp.DataType, exp.DataTypeParam,
     # a signed change set as plain rows: LATERAL VIEW explode(sequence(1, abs(_w)))
     exp.Lateral, exp.Explode, exp.GenerateSeries, exp.Unnest,
@@ -151,7 +152,9 @@ def _other_form(node: exp.Expr) -> bool:
     a subquery (or an UNNEST), a BETWEEN SYMMETRIC, a LIKE of another pattern than
     :func:`_plain_pattern`'s, a ``date_trunc`` to a unit :func:`_truncation` does not know,
     a ``to_date`` with a format, a regular expression RE2 reads otherwise than Java
-    (:func:`_alike_pattern`)."""
+    (:func:`_alike_pattern`), a ``translate`` of characters not written out or written
+    twice (which of two the engines take is not said; the compiler writes ``upper`` and
+    ``lower`` with one, :mod:`incr.compiler.duckdb_scalars`)."""
     if isinstance(node, exp.TimestampTrunc):
         return _truncation(node) is None
     if isinstance(node, exp.In):
@@ -162,6 +165,11 @@ def _other_form(node: exp.Expr) -> bool:
         return node.args.get("format") is not None
     if isinstance(node, _PATTERNS):  # a pattern RE2 reads otherwise than Java
         return _alike_pattern(node) is None
+    if isinstance(node, exp.Translate):
+        source, target = node.args.get("from_"), node.args.get("to")
+        return not (isinstance(source, exp.Literal) and source.is_string
+                    and isinstance(target, exp.Literal) and target.is_string
+                    and len(set(source.name)) == len(source.name))
     return isinstance(node, exp.Between) and bool(node.args.get("symmetric"))
 
 
@@ -392,11 +400,13 @@ def _counted_alike(node: exp.Substring) -> bool:
 def _ascii_text(node: exp.Expr) -> exp.Expr:
     """``upper``, ``lower``, ``length`` and ``substr`` of text only while it is ASCII.
 
-    There the engines agree character for character; beyond it they may not (Java's
-    ``'ß'.toUpperCase()`` is ``SS``, DuckDB's ``ẞ``).  A value beyond ASCII (more bytes than
-    characters) makes DuckDB raise, and the step runs in Spark.  Text these functions made
-    of ASCII is ASCII, so only the innermost argument is checked; a literal was checked
-    before.
+    There the engines agree character for character; beyond it they may not (the compiler
+    writes ``upper`` and ``lower`` so that Spark takes DuckDB's case of ``ß``, ``İ`` and a
+    word's last capital sigma, but Java's full case mapping still differs for ligatures
+    such as ``ﬁ``, Greek with a iota subscript and characters newer than DuckDB's tables).
+    A value beyond ASCII (more bytes than characters) makes DuckDB raise, and the step
+    runs in Spark.  Text these functions made of ASCII is ASCII, so only the innermost
+    argument is checked; a literal was checked before.
     """
     if isinstance(node, _TEXT) and not isinstance(node.this, (exp.Literal, exp.Upper,
                                                                exp.Lower, exp.Substring)):
