@@ -82,7 +82,9 @@ DERIVED = {
             "monthname(day)",
             # months counted as DuckDB counts them, ISO weeks of ISO years, seconds of an epoch
             "date_diff('month', DATE '2026-11-30', day)", "yearweek(day)", "epoch(day)",
-            "epoch_ms(day)"],
+            "epoch_ms(day)",
+            # the seconds of a duration (Spark cast the interval to a TIMESTAMP, and failed)
+            "epoch(CAST(day AS TIMESTAMP) - TIMESTAMP '2026-01-01 06:30:00')"],
     KEYS[7]: [f"length({KEYS[7]})"],
 }
 WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 OR x < 0",

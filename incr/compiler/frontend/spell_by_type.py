@@ -28,9 +28,15 @@ and whose Spark text takes DuckDB's value too:
 - ``epoch_ms`` of a TIMESTAMP or DATE is its milliseconds since the epoch in DuckDB (of a
   number, the TIMESTAMP that many milliseconds after it, which sqlglot reads it as):
   written ``epoch_us(x) // 1000``, cut toward zero as DuckDB's is.
+- A TIMESTAMP minus a TIMESTAMP is an INTERVAL (a duration).  Its seconds (``epoch``,
+  ``extract(epoch FROM ...)``, ``date_part('epoch', ...)``), milliseconds (``epoch_ms``)
+  or microseconds (``epoch_us``) are the difference of the two times' microseconds, which
+  Spark computes too (it cast the interval to a TIMESTAMP, and refused it).
 
 A DOUBLE or FLOAT cast to text or concatenated to text is refused: DuckDB writes 12345678.0
 and 1e+16 where Spark writes 1.2345678E7 and 1.0E16, and no Spark function writes DuckDB's.
+So is a duration anywhere but compared, or taken apart by one of the calls above or by
+``extract``: incr keeps state and answers in Delta tables, which have no interval type.
 
 A view sqlglot cannot type (a name it cannot resolve) is left as written: its calls run as
 before, Spark's way.  An operand of another type is left alone too.
@@ -49,7 +55,8 @@ from incr.compiler.frontend.query import Query, Scope
 
 #: The calls this step may rewrite.
 _TYPED = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub, exp.DPipe,
-          exp.Concat, exp.ConcatWs, exp.IntDiv, exp.UnixToTime)
+          exp.Concat, exp.ConcatWs, exp.IntDiv, exp.UnixToTime, exp.TimeToUnix, exp.Extract,
+          exp.Anonymous)
 #: Every DOUBLE of at least this magnitude is a whole number (2^52).
 _WHOLE = 4_503_599_627_370_496
 #: The place of a call in the view's tree, kept in the node's meta across sqlglot's copies.
@@ -58,6 +65,9 @@ _MARK = "incr_typed"
 _DOUBLE, _FLOAT, _DATE = exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT, exp.DataType.Type.DATE
 _INTEGRAL = exp.DataType.INTEGER_TYPES
 _TIMES = (_DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPNTZ)
+#: The calls of a duration that give a number (besides ``extract``), by the name sqlglot
+#: keeps for them: ``date_part(part, x)``, ``epoch_us(x)``.
+_OF_A_DURATION = ("date_part", "datepart", "epoch_us")
 
 
 def spell_by_type(q: Query) -> Query:
@@ -72,6 +82,7 @@ def spell_by_type(q: Query) -> Query:
     twins = _typed_twins(q.tree, schema)
     for node, typed in twins:
         _refuse_text_of_a_double(q.scope, node, typed)
+        _refuse_a_kept_duration(q.scope, node, typed)
     for node, typed in reversed(twins):  # inner calls first: an outer one copies them rewritten
         spelled = _spelled(node, typed)
         if spelled is not None:
@@ -137,8 +148,81 @@ def _refuse_text_of_a_double(scope: Scope, node: exp.Expr, typed: exp.Expr) -> N
                 f"CAST(CAST({x} AS DECIMAL(18, 2)) AS VARCHAR)", written)
 
 
+def _duration(typed: object) -> bool:
+    """Whether ``typed`` (a typed twin) is a duration: a TIMESTAMP minus a TIMESTAMP.
+
+    Or minus a DATE: an INTERVAL in DuckDB and Spark alike (sqlglot types it a TIMESTAMP).
+    """
+    typed = _unwrapped(typed)
+    if not isinstance(typed, exp.Sub):
+        return False
+    types = [_type(typed.this), _type(typed.expression)]
+    return all(t is not None and t.is_type(*_TIMES) for t in types) \
+        and not all(t is not None and t.is_type(_DATE) for t in types)
+
+
+def _refuse_a_kept_duration(scope: Scope, node: exp.Expr, typed: exp.Expr) -> None:
+    """Refuses a duration a view would keep: anywhere but compared or taken apart."""
+    if not _duration(typed):
+        return
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        parent = parent.parent
+    if isinstance(parent, (exp.Predicate, exp.Extract, exp.TimeToUnix, exp.UnixToTime)) or (
+            isinstance(parent, exp.Anonymous) and parent.name.lower() in _OF_A_DURATION):
+        return
+    x = node.sql(dialect=CANONICAL_DIALECT)
+    raise scope.error(
+        f"{x} is an INTERVAL, which incr cannot keep (its state and answers are Delta tables, "
+        f"which have no interval type): write its seconds, epoch({x}), or "
+        f"date_diff('second', {node.expression.sql(dialect=CANONICAL_DIALECT)}, "
+        f"{node.this.sql(dialect=CANONICAL_DIALECT)})", node)
+
+
+def _unwrapped(x: object) -> object:
+    """``x`` without the parentheses around it."""
+    while isinstance(x, exp.Paren):
+        x = x.this
+    return x
+
+
+def _micros_between(sub: exp.Expr) -> exp.Expr:
+    """The microseconds from ``sub``'s second time to its first, as DuckDB's duration holds."""
+    sub = _unwrapped(sub)  # type: ignore[assignment]  # a duration: a Sub in parentheses
+
+    def micros(x: exp.Expr) -> exp.Expr:
+        return exp.Anonymous(this="epoch_us", expressions=[x.copy()])
+    return exp.Paren(this=exp.Sub(this=micros(sub.this), expression=micros(sub.expression)))
+
+
+def _of_a_duration(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
+    """``epoch``, ``epoch_ms`` or ``epoch_us`` of a duration, in DuckDB's units; or None."""
+    seconds = exp.Literal.number("1000000.0")
+    if isinstance(node, exp.TimeToUnix) and _duration(typed.this):
+        return exp.Paren(this=exp.Div(this=_micros_between(node.this), expression=seconds))
+    if isinstance(node, exp.Extract) and node.this.name.upper() == "EPOCH" \
+            and _duration(typed.expression):
+        return exp.Paren(this=exp.Div(this=_micros_between(node.expression), expression=seconds))
+    if isinstance(node, exp.UnixToTime) and _duration(typed.this) \
+            and integer_literal(node.args.get("scale")) == 3:  # epoch_ms
+        return exp.Paren(this=exp.IntDiv(this=_micros_between(node.this),
+                                         expression=exp.Literal.number(1000)))
+    if isinstance(node, exp.Anonymous) and len(node.expressions) == 2 \
+            and node.name.lower() in ("date_part", "datepart") \
+            and node.expressions[0].name.lower() == "epoch" and _duration(typed.expressions[1]):
+        return exp.Paren(this=exp.Div(this=_micros_between(node.expressions[1]),
+                                      expression=seconds))
+    if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 \
+            and node.name.lower() == "epoch_us" and _duration(typed.expressions[0]):
+        return _micros_between(node.expressions[0])
+    return None
+
+
 def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
     """``node`` written so that both engines compute DuckDB's value, or None to keep it."""
+    of_a_duration = _of_a_duration(node, typed)
+    if of_a_duration is not None:
+        return of_a_duration
     this, other = _type(typed.this), _type(typed.args.get("expression"))
     if this is None:
         return None
