@@ -21,6 +21,9 @@ and whose Spark text takes DuckDB's value too:
 - A DOUBLE or FLOAT cast to an integer type rounds half to even in DuckDB and truncates in
   Spark; a DECIMAL rounds half away from zero in DuckDB and truncates in Spark.  The operand
   is rounded first (``round_even(x, 0)``, Spark's ``bround``; ``round(x)``).
+- Text cast to an integer type: DuckDB reads a fraction or an exponent, rounding half away
+  from zero (``'12.5'`` is 13, ``'3.0'`` 3), where Spark's cast fails (TRY_CAST: NULL);
+  text of ASCII is cast through a DECIMAL(38, 0), which both read alike.
 - A DATE minus a DATE is a count of days in DuckDB and an INTERVAL in Spark: written
   ``date_diff('day', b, a)``.
 - ``a // b`` of a DOUBLE, FLOAT or DECIMAL is a division in DuckDB (``7.5 // 2`` is 3.75),
@@ -239,6 +242,8 @@ def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
         return exp.Case(ifs=[exp.If(this=small, true=whole)], default=x.copy())
     if isinstance(node, (exp.Cast, exp.TryCast)):
         to = node.to
+        if to.is_type(*_INTEGRAL) and this.is_type(*exp.DataType.TEXT_TYPES):
+            return _text_to_integer(node)
         if to.is_type(*_INTEGRAL) and this.is_type(_DOUBLE, _FLOAT):
             even = exp.Anonymous(this="round_even", expressions=[x.copy(), exp.Literal.number(0)])
             return node.__class__(this=even, to=to.copy())
@@ -262,6 +267,29 @@ def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
         return exp.DateDiff(this=x.copy(), expression=node.expression.copy(),
                             unit=exp.var("DAY"))
     return None
+
+
+def _text_to_integer(node: exp.Cast | exp.TryCast) -> exp.Expr:
+    """DuckDB's cast of text to an integer type, in a form Spark computes alike.
+
+    DuckDB reads a decimal fraction or an exponent and rounds half away from zero (``'12.5'``
+    is 13, ``'1e3'`` 1000, ``'3.0'`` 3); Spark reads digits only.  Text of ASCII characters
+    that a DECIMAL(38, 0) takes (Spark's cast rounds half up, as DuckDB's) is cast through
+    it; other text as written, which fails (or is NULL for TRY_CAST) where DuckDB's does.
+    Only ASCII: Java reads other digits too (``'١٢'``), DuckDB does not.
+    """
+    text, to = node.this, node.to
+    whole = exp.DataType.build("DECIMAL(38, 0)")
+    ascii_ = exp.EQ(this=exp.Anonymous(this="strlen", expressions=[text.copy()]),
+                    expression=exp.Length(this=text.copy()))
+    through = exp.TryCast(this=exp.TryCast(this=text.copy(), to=whole), to=to.copy())
+    if isinstance(node, exp.TryCast):
+        read = exp.Case(ifs=[exp.If(this=ascii_, true=through)])
+        return exp.Coalesce(this=node.copy(), expressions=[read])
+    rounded = exp.Not(this=exp.Is(this=exp.TryCast(this=text.copy(), to=whole.copy()),
+                                  expression=exp.Null()))
+    exact = exp.Cast(this=exp.Cast(this=text.copy(), to=whole.copy()), to=to.copy())
+    return exp.Case(ifs=[exp.If(this=exp.and_(ascii_, rounded), true=exact)], default=node.copy())
 
 
 def _cut(x: exp.Expr, t: exp.DataType, n: int | None) -> exp.Expr | None:
