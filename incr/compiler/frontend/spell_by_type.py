@@ -200,24 +200,26 @@ def _micros_between(sub: exp.Expr) -> exp.Expr:
 
 def _of_a_duration(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
     """``epoch``, ``epoch_ms`` or ``epoch_us`` of a duration, in DuckDB's units; or None."""
-    seconds = exp.Literal.number("1000000.0")
+    def seconds(sub: exp.Expr) -> exp.Expr:
+        return exp.Paren(this=exp.Div(this=_micros_between(sub),
+                                      expression=exp.Literal.number("1000000.0")))
     if isinstance(node, exp.TimeToUnix) and _duration(typed.this):
-        return exp.Paren(this=exp.Div(this=_micros_between(node.this), expression=seconds))
+        return seconds(node.this)
     if isinstance(node, exp.Extract) and node.this.name.upper() == "EPOCH" \
             and _duration(typed.expression):
-        return exp.Paren(this=exp.Div(this=_micros_between(node.expression), expression=seconds))
+        return seconds(node.expression)
     if isinstance(node, exp.UnixToTime) and _duration(typed.this) \
             and integer_literal(node.args.get("scale")) == 3:  # epoch_ms
         return exp.Paren(this=exp.IntDiv(this=_micros_between(node.this),
                                          expression=exp.Literal.number(1000)))
-    if isinstance(node, exp.Anonymous) and len(node.expressions) == 2 \
-            and node.name.lower() in ("date_part", "datepart") \
-            and node.expressions[0].name.lower() == "epoch" and _duration(typed.expressions[1]):
-        return exp.Paren(this=exp.Div(this=_micros_between(node.expressions[1]),
-                                      expression=seconds))
-    if isinstance(node, exp.Anonymous) and len(node.expressions) == 1 \
-            and node.name.lower() == "epoch_us" and _duration(typed.expressions[0]):
-        return _micros_between(node.expressions[0])
+    if not isinstance(node, exp.Anonymous) or node.name.lower() not in _OF_A_DURATION:
+        return None
+    args, typed_args = node.expressions, typed.expressions
+    if len(args) == 2 and node.name.lower() != "epoch_us" and args[0].name.lower() == "epoch" \
+            and _duration(typed_args[1]):  # date_part('epoch', x)
+        return seconds(args[1])
+    if len(args) == 1 and node.name.lower() == "epoch_us" and _duration(typed_args[0]):
+        return _micros_between(args[0])
     return None
 
 
