@@ -40,7 +40,7 @@ from incr.compiler import CompiledProgram
 from incr.compiler.passes.share import is_owned_by
 from incr.compiler.program import TableDecl
 from incr.config import Settings
-from incr.errors import InputError, Location, OutOfRangeError, StorageError
+from incr.errors import CompileError, InputError, Location, OutOfRangeError, StorageError
 from incr.runtime import faults
 from incr.runtime.answer import settle
 from incr.runtime.bucket import BucketWarehouse
@@ -1049,6 +1049,15 @@ class Pipeline:
                                              [change(b, bl) for b, bl in step],
                                              publish_at[v.plan.view])
                 except Exception as e:
+                    refused_by_spark = _refused_by_spark(e)
+                    if refused_by_spark is not None:
+                        raise CompileError(
+                            f"view {v.plan.view}: Spark refused a query incr compiled for it: "
+                            f"{refused_by_spark}. The view's SQL was accepted, but a form incr "
+                            f"writes for it is one Spark cannot run (a gap in incr's compiler): "
+                            f"write the expression Spark names another way (`incr explain` shows "
+                            f"every query), or report it. The view's answer stays as it was; "
+                            f"the next run takes the batch again") from e
                     overflow = _overflow(e)
                     if overflow is None:
                         raise
@@ -1100,6 +1109,20 @@ def _meter(emit: Emit | None, todo: list[Batch]) -> Progress | None:
     if emit is None or not todo:
         return None
     return Progress.over(((b.path, b.bytes) for b in todo), emit)
+
+
+def _refused_by_spark(e: Exception) -> str | None:
+    """The first line of Spark's analysis error when ``e`` is one (a compiled query Spark
+    cannot run), else None.  A path Spark did not find is a storage problem, not the
+    query's, and is raised as it is."""
+    if "pyspark.errors" not in sys.modules:
+        return None
+    from pyspark.errors import AnalysisException
+
+    if not isinstance(e, AnalysisException) or (e.getCondition() or "").startswith("PATH_NOT_FOUND"):
+        return None
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return first if len(first) <= 400 else first[:400] + "…"
 
 
 def _overflow(e: Exception) -> str | None:

@@ -32,7 +32,7 @@ from deltalake import DeltaTable
 
 from incr import cli
 from incr.compiler import compile_text
-from incr.errors import InputError, StorageError
+from incr.errors import CompileError, InputError, StorageError
 from incr.oracle import diff_answers, oracle_answer
 from incr.runtime.pipeline import Pipeline
 from incr.runtime.report import read_answer
@@ -493,3 +493,34 @@ def test_bad_delete_message_is_the_same_on_the_driver_and_in_spark(baseline, tmp
         assert_oracle(root / "warehouse", live(BASE, [("a", 1, 1.5), ("c", None, -1.0)]))
     assert messages[0] == messages[1000]
     assert "deleted 2 time(s), 1 live copy" in messages[0] and "(and 1 more)" in messages[0]
+
+
+# -- a compiled query Spark refuses ------------------------------------------------------------
+def test_a_compiled_query_spark_refuses_names_the_view_and_loses_nothing(spark, dirs, monkeypatch):
+    """A gap in the compiler (a form Spark cannot run) is an incr error naming the view and
+    Spark's reason, not Spark's analysis error and plan; the answer stays as it was, and
+    the batch applies once the query runs."""
+    from incr.compiler.plan import IncrementalPlan
+
+    landing, warehouse = dirs
+    land(landing, "0000_base.jsonl", jsonl_bytes(BASE))
+    pipeline = Pipeline(COMPILED, landing, warehouse, spark=spark, local_rows=0)
+    assert [b.seq for b in pipeline.run().applied] == [0]
+    land(landing, "0001_more.csv", csv_bytes(GOOD))
+    before = snapshot(warehouse)
+
+    def refused(self, *args, **kwargs) -> str:
+        return "SELECT no_such_function(1) AS s"
+    with monkeypatch.context() as patched:
+        patched.setattr(IncrementalPlan, "answer_sql", refused)
+        patched.setattr(IncrementalPlan, "answer_change_sql", refused)
+        with pytest.raises(CompileError) as raised:
+            Pipeline(COMPILED, landing, warehouse, spark=spark, local_rows=0).run()
+    message = str(raised.value)
+    assert "view agg" in message and "no_such_function" in message, message
+    assert "== Physical Plan ==" not in message and "\n" not in message, message
+    assert snapshot(warehouse).answers == before.answers
+
+    report = Pipeline(COMPILED, landing, warehouse, spark=spark, local_rows=0).run()
+    assert report.rejected is None
+    assert_oracle(warehouse, BASE + GOOD)
