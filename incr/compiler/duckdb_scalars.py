@@ -20,6 +20,8 @@ NaN, numbers beyond Spark's INT) in both engines:
   :mod:`incr.compiler.frontend.spell_by_type`).
 - LIKE and ILIKE without ESCAPE read a backslash as itself in DuckDB, as an escape in
   Spark: the pattern's backslashes are doubled.
+- ``a ILIKE b`` is ``lower(a) LIKE lower(b)`` in both, each ``lower`` its own (Java's
+  final sigma and dotted ``İ``): it is written with DuckDB's ``lower`` (below).
 - ``printf`` of a NULL is NULL in DuckDB, ``null`` written out in Spark; a number written
   by ``%f``, ``%e`` or ``%g`` is rounded by C from its binary value in DuckDB, by Java
   from its decimal one in Spark (``printf('%.2f', 2.675)``: 2.67 against 2.68), so those
@@ -161,7 +163,9 @@ def as_spark(node: exp.Expr) -> exp.Expr:
         return exp.Paren(this=filled(f"abs(:x) = {_INFINITY}", x=node.this))
     if isinstance(node, exp.IntDiv):
         return _integer_division(node)
-    if isinstance(node, (exp.Like, exp.ILike)) and not isinstance(node.parent, exp.Escape):
+    if isinstance(node, exp.ILike):
+        return _case_blind(node)
+    if isinstance(node, exp.Like) and not isinstance(node.parent, exp.Escape):
         return _no_escape(node)
     if isinstance(node, (exp.Upper, exp.Lower)):
         return _cased(node)
@@ -242,8 +246,30 @@ def _split_part(node: exp.SplitPart) -> exp.Expr:
     return exp.Paren(this=filled(_PART, **parts))
 
 
-def _no_escape(node: exp.Like | exp.ILike) -> exp.Expr:
-    """DuckDB's LIKE (and ILIKE) without ESCAPE: a backslash is itself.
+def _case_blind(node: exp.ILike) -> exp.Expr:
+    """DuckDB's ``a ILIKE b``: ``lower(a) LIKE lower(b)``, each ``lower`` DuckDB's (:func:`_cased`).
+
+    Spark's ILIKE lowers both sides too, by Java's mapping: a capital sigma ending a word
+    became the final sigma and ``İ`` an ``i`` with a combining dot, so ``'ΟΔΟΣ' ILIKE
+    'οδοσ'`` was false.  Under an ESCAPE the LIKE stays bare, its escape applying as before.
+    """
+    like = exp.Like(**{**node.args, "this": _lowered(node.this),
+                       "expression": _lowered(node.expression)})
+    if isinstance(node.parent, exp.Escape):
+        return like
+    spelled = _no_escape(like)
+    return spelled if isinstance(spelled, exp.Paren) else exp.Paren(this=spelled)
+
+
+def _lowered(text: exp.Expr) -> exp.Expr:
+    """DuckDB's ``lower(text)`` in Spark; of ASCII text written out, that text lowered here."""
+    if isinstance(text, exp.Literal) and text.is_string and text.name.isascii():
+        return exp.Literal.string(text.name.lower())
+    return _cased(exp.Lower(this=text.copy()))
+
+
+def _no_escape(node: exp.Like) -> exp.Expr:
+    """DuckDB's LIKE (and so ILIKE) without ESCAPE: a backslash is itself.
 
     Spark's escapes the character after it by default.  Each backslash of the pattern is
     doubled (Spark's escape of itself).  The result is in parentheses, so no rewrite

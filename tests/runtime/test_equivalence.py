@@ -92,7 +92,9 @@ WHERES = ["v > 3", "k1 <> 'c'", "x IS NOT NULL", "k2 IN (0, 1, 2)", "v % 3 = 0 O
           # a dashboard's time window: a DATE against literals of a day and of an instant
           "day >= DATE '2026-12-30'", "day < TIMESTAMP '2027-01-02 12:00:00'",
           # DuckDB's ~ is a full match (before its 2.0); Spark's RLIKE finds one anywhere
-          "k1 ~ '[a-b]'"]
+          "k1 ~ '[a-b]'",
+          # both sides lowered as DuckDB lowers them (Spark's ILIKE lowers by Java's mapping)
+          "k1 ILIKE 'A%' OR k1 NOT ILIKE k1"]
 HAVINGS = ["COUNT(*) > 1", "SUM(v) > 10", "MIN(x) < 2"]
 
 
