@@ -492,6 +492,22 @@ def test_upper_and_lower_case_text_as_duckdb_does(spark, expression):
                            "CREATE TABLE e (r BIGINT, s VARCHAR);\n", beyond_ascii=True)
 
 
+#: DOUBLEs DuckDB's ``sign`` and ``round(x, -n)`` take otherwise than Spark's.
+_ODD_DOUBLES = pa.table({
+    "r": pa.array(range(9), pa.int64()),
+    "x": pa.array([float("nan"), float("inf"), float("-inf"), None, 15.0, -25.0, 1e300, -0.5,
+                   12345.678], pa.float64()),
+})
+
+
+@pytest.mark.parametrize("expression", ["sign(x)", "round(x, -1)", "round(x, -2)",
+                                        "sign(x) + round(x / 2, -1)"])
+def test_sign_and_round_to_tens_of_nan_and_infinity_are_duckdb_s(spark, expression):
+    """DuckDB's ``sign`` of NaN is 0 and its ``round(x, n)`` of a negative ``n`` is 0 of NaN
+    and of either infinity, where Spark kept them.  All four fail on the code before."""
+    _takes_duckdb_s_values(spark, expression, _ODD_DOUBLES, "CREATE TABLE e (r BIGINT, x DOUBLE);\n")
+
+
 #: Texts and patterns Java's lower case (Spark's ILIKE) matches otherwise than DuckDB's.
 _BLIND = pa.table({
     "r": pa.array(range(8), pa.int64()),

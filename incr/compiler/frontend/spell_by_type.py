@@ -7,6 +7,8 @@ expression), so this step types the view once, as sqlglot infers it from the dec
 sources, and rewrites each such call into a form that DuckDB computes to the same value
 and whose Spark text takes DuckDB's value too:
 
+- ``sign`` of a DOUBLE NaN is 0 in DuckDB (NaN in Spark), and ``round(x, n)`` of a DOUBLE
+  with ``n`` below 0 is 0 of NaN and of either infinity (Spark keeps them).
 - ``round(x, n)`` of a DOUBLE, ``n`` from 1 to 15: DuckDB multiplies by ``10^n``, rounds
   half away from zero and divides back, in floating point (``round(1.005, 2)`` is 1.0);
   Spark rounds the decimal the DOUBLE prints as (1.01).  Written ``round(x * 10^n) / 10^n``,
@@ -57,7 +59,8 @@ from incr.compiler.dialect import CANONICAL_DIALECT, integer_literal
 from incr.compiler.frontend.query import Query, Scope
 
 #: The calls this step may rewrite.
-_TYPED = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub, exp.DPipe,
+_TYPED = (exp.Round, exp.Sign, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub,
+          exp.DPipe,
           exp.Concat, exp.ConcatWs, exp.IntDiv, exp.UnixToTime, exp.TimeToUnix, exp.Extract,
           exp.Anonymous)
 #: Every DOUBLE of at least this magnitude is a whole number (2^52).
@@ -234,7 +237,11 @@ def _spelled(node: exp.Expr, typed: exp.Expr) -> exp.Expr | None:
     x = node.this
     if isinstance(node, exp.Round) and this.is_type(_DOUBLE):
         n = integer_literal(node.args.get("decimals"))
+        if n is not None and n < 0:
+            return _zero_unless_finite(node, x, also_infinite=True)
         return _scaled_round(x, n) if n is not None and 0 < n <= 15 else None
+    if isinstance(node, exp.Sign) and this.is_type(_DOUBLE):
+        return _zero_unless_finite(node, x, also_infinite=False)
     if isinstance(node, exp.Trunc) and node.args.get("decimals") is not None:
         return _cut(x, this, integer_literal(node.args["decimals"]))
     if isinstance(node, (exp.Floor, exp.Ceil, exp.Trunc)) and this.is_type(_DOUBLE) \
@@ -321,6 +328,19 @@ def _operand(x: exp.Expr) -> exp.Expr:
     """A copy of ``x`` to multiply: in parentheses unless it is one term already."""
     one = isinstance(x, (exp.Column, exp.Func, exp.Literal, exp.Paren))
     return x.copy() if one else exp.Paren(this=x.copy())
+
+
+def _zero_unless_finite(node: exp.Expr, x: exp.Expr, also_infinite: bool) -> exp.Expr:
+    """``node`` of a DOUBLE ``x``, 0 where ``x`` is NaN (or, ``also_infinite``, infinite).
+
+    DuckDB's ``sign`` of NaN is 0, and its ``round(x, n)`` of a negative ``n`` is 0 of NaN
+    and of either infinity; Spark's are NaN (and the infinity).
+    """
+    odd: exp.Expr = exp.IsNan(this=x.copy())
+    if also_infinite:
+        odd = exp.Or(this=odd, expression=exp.IsInf(this=x.copy()))
+    zero = exp.cast(exp.Literal.number(0), _DOUBLE)
+    return exp.Case(ifs=[exp.If(this=odd, true=zero)], default=node.copy())
 
 
 def _scaled_round(x: exp.Expr, n: int) -> exp.Expr:
