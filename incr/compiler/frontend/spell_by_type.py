@@ -60,9 +60,8 @@ from incr.compiler.frontend.query import Query, Scope
 
 #: The calls this step may rewrite.
 _TYPED = (exp.Round, exp.Sign, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast, exp.TryCast, exp.Sub,
-          exp.DPipe,
-          exp.Concat, exp.ConcatWs, exp.IntDiv, exp.UnixToTime, exp.TimeToUnix, exp.Extract,
-          exp.Anonymous)
+          exp.DPipe, exp.Concat, exp.ConcatWs, exp.IntDiv, exp.UnixToTime, exp.TimeToUnix,
+          exp.Extract, exp.Anonymous)
 #: Every DOUBLE of at least this magnitude is a whole number (2^52).
 _WHOLE = 4_503_599_627_370_496
 #: The place of a call in the view's tree, kept in the node's meta across sqlglot's copies.
