@@ -80,6 +80,11 @@ def render_refuse_unsupported(case: Case) -> str:
     return "accepted"
 
 
+def render_expand_shorthand(case: Case) -> str:
+    q = run_frontend(query_of(case), until="expand_shorthand")
+    return q.tree.sql(dialect="duckdb", pretty=True)
+
+
 def render_spell_by_type(case: Case) -> str:
     q = run_frontend(query_of(case), until="spell_by_type")
     return q.tree.sql(dialect="duckdb", pretty=True)
@@ -164,6 +169,7 @@ def render_lower_block(case: Case) -> str:
 RENDER: dict[str, Callable[[Case], str]] = {
     "name_outputs": render_name_outputs,
     "refuse_unsupported": render_refuse_unsupported,
+    "expand_shorthand": render_expand_shorthand,
     "spell_by_type": render_spell_by_type,
     "expand_grouping_sets": render_expand_grouping_sets,
     "compute_join_keys": render_compute_join_keys,
@@ -197,6 +203,11 @@ def test_name_outputs(case: Case) -> None:
 
 @pytest.mark.parametrize("case", cases_for("refuse_unsupported"))
 def test_refuse_unsupported(case: Case) -> None:
+    assert rendered(case) == case.expected
+
+
+@pytest.mark.parametrize("case", cases_for("expand_shorthand"))
+def test_expand_shorthand(case: Case) -> None:
     assert rendered(case) == case.expected
 
 

@@ -156,11 +156,11 @@ SELECT region,
        SUM(DISTINCT qty) AS s
 FROM sales
 GROUP BY region""", N, ["SUM(DISTINCT ...)", "only COUNT takes DISTINCT"], "SUM(DISTINCT"),
-    ("aggregate-filter", """
+    ("filtered-median", """
 SELECT region,
-       SUM(qty) FILTER (WHERE amount > 0) AS s
+       MEDIAN(qty) FILTER (WHERE amount > 0) AS s
 FROM sales
-GROUP BY region""", N, ["FILTER (WHERE ...)"], "FILTER"),
+GROUP BY region""", N, ["aggregate MEDIAN", "BOOL_OR"], "MEDIAN"),
     ("cube-too-wide", """
 SELECT region, product, qty, amount, SUM(amount) AS total
 FROM sales

@@ -61,6 +61,9 @@ AGGREGATES = [
     # rounding as DuckDB rounds: a DOUBLE to decimals in floating point, to an integer half
     # to even, a DECIMAL half away from zero; floor of a DOUBLE a DOUBLE
     "round(AVG(x), 2)", "SUM(CAST(x AS BIGINT))", "MAX(CAST(d AS INTEGER))", "floor(MIN(x))",
+    # DuckDB's shorthand, written out as CASEs and counts (expand_shorthand)
+    "COUNT(*) FILTER (WHERE v > 3)", "SUM(x) FILTER (WHERE k1 <> 'a')", "bool_or(v > 10)",
+    "bool_and(x > 0)",
 ]
 #: Groupings that are a function of a key of KEYS (seed 003's lineage-key algebra): under
 #: share = rollup, answered from the state of a family grouped by that key.
@@ -149,8 +152,8 @@ def aggregate_view(draw, name: str, keys: list[str] | None = None, where: str | 
         sql += " GROUP BY GROUPING SETS (" + ", ".join(f"({', '.join(s)})" for s in listed) + ")"
     elif sets:
         sql += f" GROUP BY {sets} ({', '.join(keys)})"
-    elif keys:
-        sql += f" GROUP BY {', '.join(keys)}"
+    elif keys:  # GROUP BY ALL (a quarter of them): the same keys, by DuckDB's shorthand
+        sql += " GROUP BY ALL" if draw(st.integers(0, 3)) == 0 else f" GROUP BY {', '.join(keys)}"
     if draw(st.booleans()):
         sql += f" HAVING {draw(st.sampled_from(HAVINGS))}"
     if keys and draw(st.booleans()):
@@ -441,6 +444,34 @@ def test_substrings_from_any_start_equal_oracle_after_every_batch(spark, tmp_pat
     """Substrings from a start of 0, of a negative length, and from a start and of a length
     that rows compute (0 and negative among them) take DuckDB's characters, on the driver
     and in Spark."""
+    run_and_check(spark, tmp_path_factory, program, ops, data)
+
+
+SHORTHAND = ("-- incr: buckets = 4\n" + TABLE + """
+CREATE VIEW filtered AS SELECT k1, COUNT(*) FILTER (WHERE v > 3) AS big, SUM(x) FILTER (WHERE k2 <> 1), \
+COUNT(DISTINCT k2) FILTER (WHERE x > 0) AS kinds, MIN(d) FILTER (v % 2 = 0) AS low, bool_or(v > 15), \
+bool_and(x >= 0) AS all_positive FROM t GROUP BY ALL;
+CREATE VIEW flags AS SELECT k2 % 2 AS odd, upper(k1) AS k, \
+bool_and(v > 0) FILTER (WHERE x IS NOT NULL) AS pos, COUNT(*) AS n, count_if(x > 2), \
+mean(v) AS mv FROM t GROUP BY ALL HAVING bool_or(v > 10);
+CREATE VIEW overall AS SELECT 'all' AS label, bool_or(k1 = 'a') AS any_a, \
+COUNT(*) FILTER (WHERE day >= DATE '2026-12-30') AS late FROM t GROUP BY ALL;
+CREATE VIEW top AS SELECT k1, k2, COUNT(*) AS n FROM t GROUP BY ALL ORDER BY ALL DESC NULLS FIRST LIMIT 3;
+CREATE VIEW seen AS SELECT k1, v, bool_or(x > 5) OVER (PARTITION BY k1 ORDER BY v) AS seen FROM t;
+""", False)
+
+
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=st.just(SHORTHAND),
+       ops=st.lists(st.sampled_from(["insert", "delete"]), min_size=3, max_size=4), data=st.data())
+def test_aggregate_shorthand_equals_oracle_after_every_batch(spark, tmp_path_factory, program,
+                                                            ops, data):
+    """FILTER (WHERE ...), bool_or, bool_and (as aggregates, under HAVING, as a window),
+    count_if, mean,
+    GROUP BY ALL (a constant no key: one row over no rows) and ORDER BY ALL, written out as
+    counts, CASEs and positions, equal DuckDB's own after every batch, groups whose every
+    value is NULL or filtered out included."""
     run_and_check(spark, tmp_path_factory, program, ops, data)
 
 

@@ -565,3 +565,26 @@ def _takes_duckdb_s_values(spark, expression: str, edges: pa.Table, table: str,
 def _nan_free(values: dict[int, object]) -> dict[int, object]:
     """``values`` with NaN as the text ``'NaN'``, which compares equal to itself."""
     return {k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in values.items()}
+
+
+@pytest.mark.parametrize("local_rows", [1000, 0], ids=["driver", "spark"])
+def test_aggregate_shorthand_takes_duckdb_s_values(spark, dirs, local_rows):
+    """FILTER, bool_or, bool_and, count_if and mean, written out as CASEs and counts, and
+    GROUP BY ALL / ORDER BY ALL as positions, publish DuckDB's answers in both engines: over
+    a group whose values are all NULL, one the filter empties, and after a delete that takes
+    a group's only true value (bool_or turns false, bool_and true) and every row of another."""
+    program = (
+        "CREATE TABLE t (k VARCHAR, v BIGINT, ok BOOLEAN);\n"
+        "CREATE VIEW flags AS SELECT k, bool_or(ok), bool_and(ok) AS every_ok, count_if(ok) AS c, "
+        "COUNT(*) FILTER (WHERE ok) AS n_ok, SUM(v) FILTER (WHERE NOT ok) AS s, "
+        "COUNT(DISTINCT v) FILTER (v > 1) AS d, mean(v) FILTER (WHERE ok) AS m "
+        "FROM t GROUP BY ALL ORDER BY ALL DESC NULLS FIRST;\n"
+        "CREATE VIEW overall AS SELECT 'all' AS label, bool_and(v > 0) AS positive, "
+        "count_if(v > 2) FILTER (WHERE ok IS NULL) AS c FROM t GROUP BY ALL;\n"
+        "CREATE VIEW running AS SELECT k, v, bool_or(ok) OVER (PARTITION BY k ORDER BY v) AS seen, "
+        "count_if(ok) OVER (PARTITION BY k) AS c FROM t;\n")
+    rows = pa.table({"k": ["d", "a", "b", "b", "c", "c", None, "a"],
+                     "v": pa.array([0, 1, 2, 3, None, 5, 6, 7], pa.int64()),
+                     "ok": pa.array([True, True, False, None, None, None, True, False])})
+    # the delete takes d's only row (and the only v not above 0) and a's only true value
+    _insert_then_delete(spark, dirs, local_rows, program, rows, deleted=2)

@@ -11,8 +11,8 @@ trees; two tuples run them:
 
 * :data:`FRONTEND`, over the whole view (a :class:`~incr.compiler.frontend.query.Query`):
   name the unaliased output columns as DuckDB does, refuse what has no incremental form,
-  write the calls whose meaning depends on their operand's type as DuckDB computes them,
-  expand grouping sets, decorrelate nested queries,
+  write DuckDB's aggregate shorthand out, write the calls whose meaning depends on their
+  operand's type as DuckDB computes them, expand grouping sets, decorrelate nested queries,
   make expression join keys columns, split window functions from the query they read,
   split into stages;
 * :data:`~incr.compiler.frontend.block.BLOCK`, over each query block (one SELECT, a
@@ -28,6 +28,10 @@ Ordering constraints of :data:`FRONTEND`:
 * ``refuse_unsupported`` next: it reads the tree as the user wrote it, so a refusal names
   the construct as written and points at it; the rewrites below lose positions and
   spellings.
+* ``expand_shorthand`` right after ``refuse_unsupported`` (which refuses what is inside a
+  FILTER, a ``bool_or`` or a ``GROUP BY ALL`` as written) and before ``spell_by_type``, so
+  that the CASEs and counts it writes are typed with the rest of the view and every later
+  step sees only the long forms.
 * ``spell_by_type`` after ``refuse_unsupported`` (whose refusals name calls as written) and
   before every rewrite: sqlglot types the view as written, from the declared sources, and
   each rewrite after it copies the calls it rewrote (a grouping set's branches, a
@@ -58,6 +62,7 @@ from sqlglot.errors import ParseError as SqlglotParseError
 from incr.compiler.frontend.compute_join_keys import compute_join_keys
 from incr.compiler.frontend.decorrelate import decorrelate
 from incr.compiler.frontend.expand_grouping_sets import expand_grouping_sets
+from incr.compiler.frontend.expand_shorthand import expand_shorthand
 from incr.compiler.frontend.name_outputs import name_outputs
 from incr.compiler.frontend.query import Query, Scope, Translation
 from incr.compiler.frontend.refuse_unsupported import refuse_unsupported
@@ -69,9 +74,9 @@ from incr.errors import Location, ParseError
 
 Step = Callable[[Query], Query]
 
-FRONTEND: tuple[Step, ...] = (name_outputs, refuse_unsupported, spell_by_type,
-                              expand_grouping_sets, decorrelate, compute_join_keys, split_windows,
-                              split_stages)
+FRONTEND: tuple[Step, ...] = (name_outputs, refuse_unsupported, expand_shorthand,
+                              spell_by_type, expand_grouping_sets, decorrelate, compute_join_keys,
+                              split_windows, split_stages)
 
 
 def parse_query(view: ViewDecl, program: Program) -> Query:

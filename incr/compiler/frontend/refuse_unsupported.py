@@ -35,8 +35,17 @@ NON_DETERMINISTIC = frozenset({
 _NON_DETERMINISTIC_NODES = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentTimestamp,
                             exp.CurrentDate, exp.CurrentTime, exp.CurrentDatetime)
 
-SUPPORTED_AGGREGATES = ("COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG, MIN, MAX, "
-                        "STDDEV_SAMP, STDDEV_POP, VAR_SAMP, VAR_POP")
+SUPPORTED_AGGREGATES = ("COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG (MEAN), MIN, MAX, "
+                        "STDDEV_SAMP, STDDEV_POP, VAR_SAMP, VAR_POP, BOOL_OR, BOOL_AND, COUNT_IF")
+#: DuckDB's aggregates that sqlglot reads as calls of unknown functions: refused by name
+#: (otherwise their argument would be taken for a column outside GROUP BY).  ``mean`` is
+#: AVG (expand_shorthand).
+UNSUPPORTED_BY_NAME = frozenset({
+    "arbitrary", "arg_max_null", "arg_max_nulls_last", "arg_min_null", "arg_min_nulls_last",
+    "bitstring_agg", "count_star", "entropy", "favg", "fsum", "histogram", "histogram_exact",
+    "kahan_sum", "kurtosis_pop", "mad", "product", "reservoir_quantile", "sem",
+    "sum_no_overflow", "sumkahan",
+})
 
 
 def refuse_unsupported(q: Query) -> Query:
@@ -81,12 +90,30 @@ def check_nodes(scope: Scope, tree: exp.Expr) -> None:
         refused = refusal(node)
         if refused is not None:
             raise scope.error(refused, node)
-        if isinstance(node, exp.Filter) and isinstance(node.this, exp.AggFunc):
-            raise scope.refuse("aggregate FILTER (WHERE ...)", "move the condition into a "
-                               "CASE inside the aggregate or into WHERE", node)
-        if isinstance(node, exp.AggFunc) and not isinstance(node, exp.Grouping) \
+        if isinstance(node, (exp.LogicalOr, exp.LogicalAnd, exp.CountIf)):
+            _check_boolean_aggregate(scope, node)  # expand_shorthand writes it as counts
+        elif isinstance(node, exp.Anonymous) and func_name(node) in UNSUPPORTED_BY_NAME:
+            raise scope.refuse(f"aggregate {func_name(node).upper()}",
+                               f"supported aggregates are {SUPPORTED_AGGREGATES}", node)
+        elif isinstance(node, exp.AggFunc) and not isinstance(node, exp.Grouping) \
                 and not window_function(node):
             agg_call(scope, node)  # raises for unsupported aggregates
+
+
+def _check_boolean_aggregate(scope: Scope, node: exp.AggFunc) -> None:
+    """``bool_or``/``bool_and``/``count_if`` take one argument, no aggregate inside it."""
+    name = {exp.LogicalOr: "BOOL_OR", exp.LogicalAnd: "BOOL_AND"}.get(type(node), "COUNT_IF")
+    arg = node.this
+    if arg is not None and arg.find(exp.Distinct):
+        if isinstance(node, exp.CountIf):  # at most 1: the distinct values' trues
+            raise scope.refuse(f"{name}(DISTINCT ...)", "only COUNT takes DISTINCT", node)
+        raise scope.error(f"{name}(DISTINCT ...): drop the DISTINCT, which does not change "
+                          "the answer", node)
+    if arg is None or any(v for k, v in node.args.items() if k != "this"):
+        raise scope.error(f"{name} takes one argument", node)
+    if contains_aggregate(arg):
+        raise scope.error(f"aggregates cannot be nested: {name}({arg.sql(CANONICAL_DIALECT)})",
+                          node)
 
 
 def _check_window_place(scope: Scope, window: exp.Window) -> None:
@@ -124,9 +151,9 @@ def check_shape(scope: Scope, tree: exp.Select) -> None:
                            "sources", from_.this)
     group = tree.args.get("group")
     if group is not None:
-        # ROLLUP (k), CUBE and GROUPING SETS among the keys are expand_grouping_sets's; the
-        # trailing forms (MySQL's WITH ROLLUP, GROUP BY ALL) are not.
-        for key in ("rollup", "cube", "grouping_sets", "all"):
+        # ROLLUP (k), CUBE and GROUPING SETS among the keys are expand_grouping_sets's and
+        # GROUP BY ALL expand_shorthand's; MySQL's trailing WITH ROLLUP is neither.
+        for key in ("rollup", "cube", "grouping_sets"):
             if group.args.get(key):
                 raise scope.refuse(f"GROUP BY {key.upper().replace('_', ' ')}",
                                    "list the grouping expressions explicitly, or write "
