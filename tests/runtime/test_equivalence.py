@@ -468,10 +468,9 @@ CREATE VIEW seen AS SELECT k1, v, bool_or(x > 5) OVER (PARTITION BY k1 ORDER BY 
 def test_aggregate_shorthand_equals_oracle_after_every_batch(spark, tmp_path_factory, program,
                                                             ops, data):
     """FILTER (WHERE ...), bool_or, bool_and (as aggregates, under HAVING, as a window),
-    count_if, mean,
-    GROUP BY ALL (a constant no key: one row over no rows) and ORDER BY ALL, written out as
-    counts, CASEs and positions, equal DuckDB's own after every batch, groups whose every
-    value is NULL or filtered out included."""
+    count_if, mean, GROUP BY ALL (a constant no key: one row over no rows) and ORDER BY ALL,
+    written out as counts, CASEs and positions, equal DuckDB's own after every batch, groups
+    whose every value is NULL or filtered out included."""
     run_and_check(spark, tmp_path_factory, program, ops, data)
 
 
