@@ -34,6 +34,7 @@ from dataclasses import replace
 
 from sqlglot import exp
 
+from incr.compiler.duckdb_calls import filled
 from incr.compiler.frontend.query import Query, Scope
 from incr.compiler.frontend.trees import func_name, is_star, window_function
 
@@ -56,13 +57,8 @@ def expand_shorthand(q: Query) -> Query:
     for filtered in list(tree.find_all(exp.Filter)):
         if isinstance(filtered.this, exp.AggFunc):
             filtered.replace(_filtered(filtered.this, filtered.expression.this))
-    for boolean in list(tree.find_all(exp.LogicalOr, exp.LogicalAnd)):
-        _replace_by_counts(boolean)
-    for counted in list(tree.find_all(exp.CountIf)):
-        counted.replace(exp.Sum(this=exp.Case(ifs=[
-            exp.If(this=exp.paren(counted.this.copy(), copy=False), true=exp.Literal.number(1)),
-            exp.If(this=exp.Not(this=exp.paren(counted.this.copy(), copy=False)),
-                   true=exp.Literal.number(0))])))
+    for counted in list(tree.find_all(exp.LogicalOr, exp.LogicalAnd, exp.CountIf)):
+        _replace_by_counts(counted)
     for select in tree.find_all(exp.Select):
         _group_by_all(q.scope, select)
     for query in tree.find_all(exp.Select, exp.SetOperation):
@@ -87,33 +83,33 @@ def _filtered(agg: exp.AggFunc, condition: exp.Expr) -> exp.AggFunc:
     return agg
 
 
-def _replace_by_counts(node: exp.AggFunc) -> None:
-    """Replaces ``node`` (or its window) by the counts that decide it.
+#: The counts that decide each aggregate of booleans (``:x`` its argument).
+_BY_COUNTS = {
+    exp.LogicalOr: "CASE WHEN COUNT(:x) > 0 THEN COUNT(CASE WHEN (:x) THEN 1 END) > 0 END",
+    exp.LogicalAnd: "CASE WHEN COUNT(:x) > 0 THEN COUNT(CASE WHEN (NOT (:x)) THEN 1 END) = 0 END",
+    exp.CountIf: "SUM(CASE WHEN (:x) THEN 1 WHEN NOT (:x) THEN 0 END)",
+}
 
-    ``bool_or(x)``: ``CASE WHEN COUNT(x) > 0 THEN COUNT(CASE WHEN x THEN 1 END) > 0 END``;
-    ``bool_and(x)``: the same with ``NOT x`` counted and ``= 0``.
+
+def _replace_by_counts(node: exp.AggFunc) -> None:
+    """Replaces ``node`` (or its window) by the counts that decide it (:data:`_BY_COUNTS`).
+
+    As a window function, each count takes the window.
     """
-    x = node.this
+    value = filled(_BY_COUNTS[type(node)], x=node.this)
     window = node.parent if isinstance(node.parent, exp.Window) and node.arg_key == "this" \
         else None
-
-    def count(arg: exp.Expr) -> exp.Expr:
-        call = exp.Count(this=arg)
-        if window is None:
-            return call
+    if window is None:
+        node.replace(value)
+        return
+    for count in list(value.find_all(exp.Count, exp.Sum)):
         over = window.copy()
-        over.set("this", call)
-        return over
-
-    hits = x.copy()
-    if isinstance(node, exp.LogicalAnd):
-        hits = exp.Not(this=exp.paren(hits, copy=False))
-    decided = exp.GT if isinstance(node, exp.LogicalOr) else exp.EQ
-    value = exp.Case(ifs=[exp.If(
-        this=exp.GT(this=count(x.copy()), expression=exp.Literal.number(0)),
-        true=decided(this=count(_when(hits, exp.Literal.number(1))),
-                     expression=exp.Literal.number(0)))])
-    (window or node).replace(value)
+        over.set("this", count.copy())
+        if count is value:
+            value = over
+        else:
+            count.replace(over)
+    window.replace(value)
 
 
 def _group_by_all(scope: Scope, select: exp.Select) -> None:
